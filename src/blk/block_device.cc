@@ -1,0 +1,51 @@
+#include "blk/block_device.h"
+
+#include <fmt/format.h>
+
+#include <future>
+
+namespace kvtier::blk {
+
+namespace {
+template <typename Submit>
+Status wait_for(Submit&& submit) {
+  std::promise<Status> done;
+  auto fut = done.get_future();
+  submit([&done](Status s) { done.set_value(std::move(s)); });
+  return fut.get();
+}
+}  // namespace
+
+Status BlockDevice::read_sync(uint64_t offset, MutableByteView dst) {
+  return wait_for([&](IoCallback cb) { read(offset, dst, std::move(cb)); });
+}
+Status BlockDevice::write_sync(uint64_t offset, ByteView src) {
+  return wait_for([&](IoCallback cb) { write(offset, src, std::move(cb)); });
+}
+Status BlockDevice::flush_sync() {
+  return wait_for([&](IoCallback cb) { flush(std::move(cb)); });
+}
+Status BlockDevice::trim_sync(uint64_t offset, uint64_t length) {
+  return wait_for([&](IoCallback cb) { trim(offset, length, std::move(cb)); });
+}
+
+Status BlockDevice::check_io(uint64_t offset, uint64_t length, const void* buf) const {
+  const uint32_t bs = block_size();
+  if (length == 0) return Status::invalid_argument("zero-length I/O");
+  if (offset % bs != 0 || length % bs != 0) {
+    return Status::invalid_argument(
+        fmt::format("{}: offset {} / length {} not multiples of block size {}", name(), offset,
+                    length, bs));
+  }
+  if (offset > capacity() || length > capacity() - offset) {
+    return Status::invalid_argument(fmt::format("{}: I/O [{}, +{}) past capacity {}", name(),
+                                                offset, length, capacity()));
+  }
+  if (buf != nullptr && !is_aligned_ptr(buf, buffer_alignment())) {
+    return Status::invalid_argument(
+        fmt::format("{}: buffer not aligned to {}", name(), buffer_alignment()));
+  }
+  return Status::ok_status();
+}
+
+}  // namespace kvtier::blk

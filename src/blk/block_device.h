@@ -1,0 +1,73 @@
+// BlockDevice: the asynchronous block-volume interface that every storage
+// layer of kvtier talks to (a file or block device through io_uring, RAM, a
+// RAID array, a fault injector, later a remote NVMe/TCP namespace).
+//
+// Contract:
+//  - Offsets and lengths are in bytes and must be multiples of block_size();
+//    buffers for read/write must be aligned to buffer_alignment(). A request
+//    that breaks these rules, or reaches past capacity(), completes with
+//    kInvalidArgument and touches nothing.
+//  - Every submitted request completes exactly once by calling its callback,
+//    possibly inline before submit returns (MemDevice) or on a device thread
+//    (UringDevice). Callbacks must be quick and must not block; they may
+//    submit further requests.
+//  - The caller keeps the buffer alive and unmodified until the callback runs.
+//  - Thread-safety: submit from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/buffer.h"
+#include "common/status.h"
+
+namespace kvtier::blk {
+
+using IoCallback = std::function<void(Status)>;
+
+struct DeviceStats {
+  uint64_t reads = 0;
+  uint64_t writes = 0;
+  uint64_t flushes = 0;
+  uint64_t trims = 0;
+  uint64_t bytes_read = 0;
+  uint64_t bytes_written = 0;
+  uint64_t errors = 0;
+};
+
+class BlockDevice {
+ public:
+  virtual ~BlockDevice() = default;
+
+  // Human-readable identity, e.g. "uring:/dev/nvme0n1" or "raid0[mem,mem]".
+  virtual std::string name() const = 0;
+  // Logical block size in bytes (512 or 4096 typically).
+  virtual uint32_t block_size() const = 0;
+  // Required alignment of data buffers (>= 1; 4096 for O_DIRECT).
+  virtual uint32_t buffer_alignment() const { return block_size(); }
+  // Usable bytes, a multiple of block_size().
+  virtual uint64_t capacity() const = 0;
+
+  virtual void read(uint64_t offset, MutableByteView dst, IoCallback cb) = 0;
+  virtual void write(uint64_t offset, ByteView src, IoCallback cb) = 0;
+  virtual void flush(IoCallback cb) = 0;
+  // Discards a range; reading it back afterwards returns unspecified data.
+  virtual void trim(uint64_t offset, uint64_t length, IoCallback cb) = 0;
+
+  virtual DeviceStats stats() const = 0;
+
+  // Blocking helpers built on the asynchronous calls (for tools and tests;
+  // never call them from a completion callback).
+  Status read_sync(uint64_t offset, MutableByteView dst);
+  Status write_sync(uint64_t offset, ByteView src);
+  Status flush_sync();
+  Status trim_sync(uint64_t offset, uint64_t length);
+
+ protected:
+  // Shared argument check for implementations: alignment, bounds, non-empty.
+  Status check_io(uint64_t offset, uint64_t length, const void* buf) const;
+};
+
+}  // namespace kvtier::blk
