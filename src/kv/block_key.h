@@ -10,8 +10,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kvtier::kv {
@@ -25,7 +27,9 @@ struct Key128 {
 };
 
 struct Key128Hash {
-  size_t operator()(const Key128& k) const { return static_cast<size_t>(k.lo ^ (k.hi * 0x9E3779B97F4A7C15ull)); }
+  size_t operator()(const Key128& k) const {
+    return static_cast<size_t>(k.lo ^ (k.hi * 0x9E3779B97F4A7C15ull));
+  }
 };
 
 enum class KeyScheme : uint8_t {
@@ -33,14 +37,29 @@ enum class KeyScheme : uint8_t {
   kSha256 = 2,    // first 128 bits of SHA-256, for hostile multi-tenant deployments
 };
 
+// Inverse of Key128::to_hex(): exactly 32 hex digits (either case), hi first;
+// nullopt for anything else.
+std::optional<Key128> key128_from_hex(std::string_view hex);
+
+// "xxh3_128", "sha256", or "unknown".
 const char* key_scheme_name(KeyScheme s);
+
+// The 128-bit digest of `bytes` under `scheme`, as used for namespace digests
+// and chain links: XXH3-128 gives {hi = high64, lo = low64}; SHA-256 gives the
+// first 16 digest bytes read as two big-endian u64s (hi, lo). Either way
+// to_hex() equals the first 32 hex digits of the usual hexdigest.
+Key128 digest128(KeyScheme scheme, std::span<const uint8_t> bytes);
+
+// Chain functions (and digest128) given a scheme other than the two above return zero keys
+// (Namespace::validate() rejects such schemes before they get here).
 
 // One link of the chain. `tokens` are the token ids of exactly one block.
 Key128 next_block_key(KeyScheme scheme, const Key128& ns_digest, const Key128& prev,
                       std::span<const uint32_t> tokens);
 
 // Keys of every full block of `tokens` (tokens.size() / tokens_per_block of
-// them); a trailing partial block gets no key.
+// them); a trailing partial block gets no key. tokens_per_block == 0 gives
+// no keys.
 std::vector<Key128> chain_block_keys(KeyScheme scheme, const Key128& ns_digest,
                                      uint32_t tokens_per_block, std::span<const uint32_t> tokens);
 
