@@ -1,0 +1,782 @@
+#include "kv/disk_tier.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <algorithm>
+#include <random>
+
+#include "common/clock.h"
+#include "blk/uring_device.h"
+#include "common/crc32c.h"
+
+namespace kvtier::kv {
+
+using namespace disk;  // NOLINT: the format's names are this file's vocabulary
+
+// Staging buffers for device reads, shared with in-flight completions so a
+// completion arriving after the tier is gone still has somewhere to land.
+class StagePool {
+ public:
+  StagePool(unsigned n, size_t bytes) {
+    for (unsigned i = 0; i < n; ++i) {
+      bufs_.emplace_back(bytes, kDirectIoAlignment);
+      free_.push_back(static_cast<int>(i));
+    }
+  }
+  int acquire(uint64_t deadline_ns) {
+    std::unique_lock lock(mu_);
+    while (free_.empty()) {
+      uint64_t now = now_ns();
+      if (now >= deadline_ns) return -1;
+      cv_.wait_for(lock, std::chrono::nanoseconds(deadline_ns - now));
+    }
+    int i = free_.back();
+    free_.pop_back();
+    return i;
+  }
+  void release(int i) {
+    std::lock_guard lock(mu_);
+    free_.push_back(i);
+    cv_.notify_one();
+  }
+  AlignedBuffer& buf(int i) { return bufs_[i]; }
+  size_t size() const { return bufs_.size(); }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<AlignedBuffer> bufs_;
+  std::vector<int> free_;
+};
+
+
+struct DiskTier::Region {
+  enum State { kFree, kOpen, kFlushing, kSealed, kReclaiming };
+  State state = kFree;
+  uint64_t seq = 0;
+  uint32_t fill = 0;      // bytes appended
+  uint32_t flushed = 0;   // bytes already submitted for writing
+  int buf = -1;           // attached write buffer while open or flushing
+  uint32_t pending = 0;   // writes in flight
+  bool write_failed = false;  // some write of this generation failed
+  std::vector<Key128> keys;  // entries appended (the index decides if still live)
+};
+
+struct DiskTier::Counters {
+  std::atomic<uint64_t> appends{0}, bytes_appended{0};
+  std::atomic<uint64_t> region_writes{0}, bytes_written{0}, write_errors{0};
+  std::atomic<uint64_t> reads{0}, bytes_read{0}, buffer_reads{0};
+  std::atomic<uint64_t> read_corrupt{0}, read_io_errors{0};
+  std::atomic<uint64_t> regions_reclaimed{0}, entries_evicted{0}, entries_reinserted{0};
+  std::atomic<uint64_t> recovered_entries{0}, recovery_dropped{0};
+  bool recovered_from_checkpoint = false;
+};
+
+namespace {
+
+constexpr auto kRelaxed = std::memory_order_relaxed;
+
+uint32_t header_crc_of(EntryHeader h) {
+  h.header_crc = 0;
+  return crc32c(&h, sizeof(h));
+}
+
+uint32_t superblock_crc_of(Superblock s) {
+  s.header_crc = 0;
+  return crc32c(&s, sizeof(s));
+}
+
+// Checks an entry image against what the index expects. kNotFound: a
+// different, intact entry is there (the region was reused); kCorruption: the
+// bytes do not verify.
+Status check_entry(const std::byte* entry, uint64_t volume_id, const Key128& key,
+                   const Key128& ns_digest, uint32_t length) {
+  EntryHeader h;
+  std::memcpy(&h, entry, sizeof(h));
+  if (h.magic != kEntryMagic || h.version != kFormatVersion || h.header_bytes != sizeof(h) ||
+      header_crc_of(h) != h.header_crc) {
+    return Status::corruption("entry header does not verify");
+  }
+  if (h.volume_id != volume_id || h.key_hi != key.hi || h.key_lo != key.lo) {
+    return Status::not_found("entry was replaced");
+  }
+  if (h.ns_hi != ns_digest.hi || h.ns_lo != ns_digest.lo) {
+    return Status::not_found("entry belongs to another namespace");
+  }
+  if (h.payload_bytes != length) return Status::corruption("entry length mismatch");
+  if (crc32c(entry + sizeof(h), length) != h.payload_crc) {
+    return Status::corruption("payload checksum mismatch");
+  }
+  return Status::ok_status();
+}
+
+uint64_t random_volume_id() {
+  std::random_device rd;
+  uint64_t v = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ now_ns();
+  return v == 0 ? 1 : v;
+}
+
+}  // namespace
+
+DiskTier::DiskTier(std::shared_ptr<blk::BlockDevice> device, const DiskTierOptions& options,
+                   Index* index, NamespaceTable* namespaces)
+    : dev_(std::move(device)),
+      opts_(options),
+      index_(index),
+      namespaces_(namespaces),
+      c_(std::make_shared<Counters>()) {}
+
+DiskTier::~DiskTier() {
+  {
+    std::unique_lock lock(mu_);
+    // Write completions call back into this object: wait for them.
+    cv_.wait(lock, [&] { return writes_in_flight_ == 0; });
+  }
+  if (auto* uring = dynamic_cast<blk::UringDevice*>(dev_.get())) {
+    for (int idx : registered_) (void)uring->unregister_buffer(idx);
+  }
+}
+
+void DiskTier::register_buffers() {
+  // io_uring reads and writes into registered buffers skip pinning pages on
+  // every request. Registration is an optimisation: failure is not an error.
+  auto* uring = dynamic_cast<blk::UringDevice*>(dev_.get());
+  if (uring == nullptr) return;
+  auto reg = [&](AlignedBuffer& b) {
+    auto idx = uring->register_buffer(b.view());
+    if (idx.ok()) registered_.push_back(*idx);
+  };
+  for (auto& b : write_bufs_) reg(b);
+  for (size_t i = 0; i < stage_->size(); ++i) reg(stage_->buf(static_cast<int>(i)));
+}
+
+Result<std::unique_ptr<DiskTier>> DiskTier::open(std::shared_ptr<blk::BlockDevice> device,
+                                                 const DiskTierOptions& options, Index* index,
+                                                 NamespaceTable* namespaces) {
+  if (!device) return Status::invalid_argument("disk tier needs a device");
+  std::unique_ptr<DiskTier> tier(new DiskTier(std::move(device), options, index, namespaces));
+  KVTIER_RETURN_IF_ERROR(tier->init());
+  return tier;
+}
+
+uint32_t DiskTier::region_of_page(uint32_t page) const {
+  return (page - data_first_page_) / pages_per_region_;
+}
+uint32_t DiskTier::first_page_of(uint32_t region) const {
+  return data_first_page_ + region * pages_per_region_;
+}
+uint64_t DiskTier::region_offset(uint32_t region) const {
+  return static_cast<uint64_t>(first_page_of(region)) * kPageBytes;
+}
+bool DiskTier::valid_page(uint32_t page) const {
+  return page >= data_first_page_ &&
+         page < data_first_page_ + static_cast<uint64_t>(region_count_) * pages_per_region_;
+}
+
+Status DiskTier::init() {
+  const uint32_t bs = dev_->block_size();
+  if (bs == 0 || kPageBytes % bs != 0) {
+    return Status::invalid_argument(fmt::format(
+        "device {} has block size {}, which does not divide the tier's 4096-byte page",
+        dev_->name(), bs));
+  }
+  if (dev_->buffer_alignment() > kPageBytes) {
+    return Status::invalid_argument(fmt::format("device {} needs {}-byte buffer alignment (max 4096)",
+                                                dev_->name(), dev_->buffer_alignment()));
+  }
+  if (opts_.max_payload_bytes == 0) return Status::invalid_argument("max_payload_bytes is 0");
+  max_entry_bytes_ = entry_bytes(opts_.max_payload_bytes);
+  if (opts_.region_bytes % kPageBytes != 0 || opts_.region_bytes < max_entry_bytes_ ||
+      opts_.region_bytes > (1ull << 31)) {
+    return Status::invalid_argument(fmt::format(
+        "region size {} must be a multiple of 4096, at most 2 GiB, and hold one entry of {} bytes",
+        opts_.region_bytes, max_entry_bytes_));
+  }
+  if (opts_.flush_chunk_bytes == 0 || opts_.flush_chunk_bytes % kPageBytes != 0) {
+    return Status::invalid_argument("flush_chunk_bytes must be a non-zero multiple of 4096");
+  }
+  if (opts_.write_buffers < 2) return Status::invalid_argument("write_buffers must be >= 2");
+  if (opts_.read_depth < 1) return Status::invalid_argument("read_depth must be >= 1");
+  if (opts_.checkpoint_min_entry_bytes < kPageBytes) opts_.checkpoint_min_entry_bytes = kPageBytes;
+
+  const uint64_t cap = dev_->capacity();
+  const uint64_t max_regions = cap / opts_.region_bytes + 1;
+  const uint64_t ckpt_cap =
+      align_up(sizeof(CheckpointHeader) + max_regions * sizeof(CheckpointRegion) +
+                   (cap / opts_.checkpoint_min_entry_bytes + 1) * sizeof(CheckpointEntry),
+               kPageBytes);
+  const uint64_t data_offset = align_up(kPageBytes + ckpt_cap, 1u << 20);
+  if (cap < data_offset + opts_.region_bytes) {
+    return Status::invalid_argument(fmt::format(
+        "volume {} of {} bytes is too small for one region of {} bytes plus {} bytes of metadata",
+        dev_->name(), cap, opts_.region_bytes, data_offset));
+  }
+  uint64_t regions = (cap - data_offset) / opts_.region_bytes;
+  // Pages are 32-bit in the index: stop the data area at 16 TiB.
+  const uint64_t max_pages = 0xFFFFFFF0ull;
+  pages_per_region_ = static_cast<uint32_t>(opts_.region_bytes / kPageBytes);
+  data_first_page_ = static_cast<uint32_t>(data_offset / kPageBytes);
+  regions = std::min<uint64_t>(regions, (max_pages - data_first_page_) / pages_per_region_);
+  region_count_ = static_cast<uint32_t>(regions);
+
+  regions_.resize(region_count_);
+  for (unsigned i = 0; i < opts_.write_buffers; ++i) {
+    write_bufs_.emplace_back(opts_.region_bytes, kDirectIoAlignment);
+    free_write_bufs_.push_back(static_cast<int>(i));
+  }
+  stage_ = std::make_shared<StagePool>(opts_.read_depth, max_entry_bytes_);
+  register_buffers();
+
+  // Superblock.
+  AlignedBuffer page(kPageBytes, kDirectIoAlignment, true);
+  Status rs = dev_->read_sync(0, page.view());
+  bool valid = false;
+  if (rs.ok()) {
+    std::memcpy(&sb_, page.data(), sizeof(sb_));
+    valid = sb_.magic == kSuperMagic && sb_.version == kFormatVersion &&
+            superblock_crc_of(sb_) == sb_.header_crc && sb_.page_bytes == kPageBytes &&
+            sb_.region_bytes == opts_.region_bytes && sb_.data_offset == data_offset &&
+            sb_.region_count == region_count_ && sb_.checkpoint_capacity == ckpt_cap;
+  }
+  if (!valid) {
+    if (!opts_.format_if_invalid) {
+      return Status::failed_precondition(
+          fmt::format("volume {} has no valid kvtier superblock of this geometry", dev_->name()));
+    }
+    sb_ = Superblock{};
+    sb_.magic = kSuperMagic;
+    sb_.version = kFormatVersion;
+    sb_.page_bytes = kPageBytes;
+    sb_.volume_id = random_volume_id();
+    sb_.region_bytes = opts_.region_bytes;
+    sb_.data_offset = data_offset;
+    sb_.checkpoint_offset = kPageBytes;
+    sb_.checkpoint_capacity = ckpt_cap;
+    sb_.region_count = region_count_;
+    sb_.checkpoint_state = kNoCheckpoint;
+    spdlog::info("disk tier: formatting {} ({} regions of {} bytes)", dev_->name(), region_count_,
+                 opts_.region_bytes);
+    KVTIER_RETURN_IF_ERROR(write_superblock());
+  } else {
+    Status loaded = Status::not_found("no checkpoint");
+    if (sb_.checkpoint_state == kCheckpointValid) {
+      loaded = load_checkpoint();
+      if (!loaded.ok()) spdlog::warn("disk tier: checkpoint unusable ({}), scanning", loaded.to_string());
+    }
+    if (loaded.ok()) {
+      c_->recovered_from_checkpoint = true;
+      // A checkpoint is good once: invalidate it before accepting writes, so
+      // a crash from here on is followed by a scan.
+      sb_.checkpoint_state = kNoCheckpoint;
+      KVTIER_RETURN_IF_ERROR(write_superblock());
+    } else {
+      KVTIER_RETURN_IF_ERROR(scan_regions());
+    }
+  }
+  rebuild_fifo();
+  return Status::ok_status();
+}
+
+Status DiskTier::write_superblock() {
+  sb_.header_crc = superblock_crc_of(sb_);
+  AlignedBuffer page(kPageBytes, kDirectIoAlignment, true);
+  std::memcpy(page.data(), &sb_, sizeof(sb_));
+  KVTIER_RETURN_IF_ERROR(dev_->write_sync(0, page.view()));
+  return dev_->flush_sync();
+}
+
+void DiskTier::rebuild_fifo() {
+  std::vector<uint32_t> sealed;
+  free_regions_.clear();
+  for (uint32_t r = 0; r < region_count_; ++r) {
+    if (regions_[r].state == Region::kSealed) {
+      sealed.push_back(r);
+      next_seq_ = std::max(next_seq_, regions_[r].seq + 1);
+    } else {
+      free_regions_.push_back(r);
+    }
+  }
+  std::sort(sealed.begin(), sealed.end(),
+            [&](uint32_t a, uint32_t b) { return regions_[a].seq < regions_[b].seq; });
+  fifo_.assign(sealed.begin(), sealed.end());
+  std::reverse(free_regions_.begin(), free_regions_.end());  // hand out low regions first
+}
+
+Status DiskTier::load_checkpoint() {
+  if (sb_.checkpoint_bytes < sizeof(CheckpointHeader) ||
+      sb_.checkpoint_bytes > sb_.checkpoint_capacity) {
+    return Status::corruption("checkpoint size out of range");
+  }
+  AlignedBuffer buf(align_up(sb_.checkpoint_bytes, kPageBytes), kDirectIoAlignment);
+  KVTIER_RETURN_IF_ERROR(dev_->read_sync(sb_.checkpoint_offset, buf.view()));
+  if (crc32c(buf.data(), sb_.checkpoint_bytes) != sb_.checkpoint_crc) {
+    return Status::corruption("checkpoint checksum mismatch");
+  }
+  CheckpointHeader h;
+  std::memcpy(&h, buf.data(), sizeof(h));
+  if (h.magic != kCheckpointMagic || h.version != kFormatVersion || h.volume_id != sb_.volume_id ||
+      h.region_count != region_count_) {
+    return Status::corruption("checkpoint header mismatch");
+  }
+  const uint64_t need = sizeof(h) + uint64_t{h.region_count} * sizeof(CheckpointRegion) +
+                        h.entry_count * sizeof(CheckpointEntry);
+  if (need != sb_.checkpoint_bytes) return Status::corruption("checkpoint length mismatch");
+  const std::byte* p = buf.data() + sizeof(h);
+  for (uint32_t r = 0; r < region_count_; ++r, p += sizeof(CheckpointRegion)) {
+    CheckpointRegion cr;
+    std::memcpy(&cr, p, sizeof(cr));
+    if (cr.state == kRegionSealed && cr.fill_bytes <= opts_.region_bytes) {
+      regions_[r].state = Region::kSealed;
+      regions_[r].seq = cr.seq;
+      regions_[r].fill = regions_[r].flushed = cr.fill_bytes;
+    }
+  }
+  for (uint64_t i = 0; i < h.entry_count; ++i, p += sizeof(CheckpointEntry)) {
+    CheckpointEntry e;
+    std::memcpy(&e, p, sizeof(e));
+    if (!valid_page(e.page) || e.payload_bytes == 0 || e.payload_bytes > opts_.max_payload_bytes) {
+      c_->recovery_dropped.fetch_add(1, kRelaxed);
+      continue;
+    }
+    uint32_t r = region_of_page(e.page);
+    if (regions_[r].state != Region::kSealed) {
+      c_->recovery_dropped.fetch_add(1, kRelaxed);
+      continue;
+    }
+    auto ns = namespaces_->intern(Key128{e.ns_hi, e.ns_lo}, false);
+    if (!ns.ok()) return ns.status();
+    IndexRecord rec;
+    rec.key = Key128{e.key_hi, e.key_lo};
+    rec.disk_page = e.page;
+    rec.length = e.payload_bytes;
+    rec.ns = *ns;
+    rec.disk_hits = e.disk_hits;
+    if (index_->insert(rec) == Index::InsertResult::kInserted) {
+      regions_[r].keys.push_back(rec.key);
+      c_->recovered_entries.fetch_add(1, kRelaxed);
+    } else {
+      c_->recovery_dropped.fetch_add(1, kRelaxed);
+    }
+  }
+  next_seq_ = h.next_region_seq;
+  return Status::ok_status();
+}
+
+Status DiskTier::scan_regions() {
+  AlignedBuffer rb(opts_.region_bytes, kDirectIoAlignment);
+  for (uint32_t r = 0; r < region_count_; ++r) {
+    Region& reg = regions_[r];
+    reg = Region{};
+    Status st = dev_->read_sync(region_offset(r), rb.view());
+    if (!st.ok()) {
+      spdlog::warn("disk tier: region {} unreadable during scan: {}", r, st.to_string());
+      continue;
+    }
+    uint64_t off = 0, seq = 0;
+    while (off + sizeof(EntryHeader) <= opts_.region_bytes) {
+      EntryHeader h;
+      std::memcpy(&h, rb.data() + off, sizeof(h));
+      if (h.magic != kEntryMagic || h.version != kFormatVersion || h.header_bytes != sizeof(h) ||
+          header_crc_of(h) != h.header_crc || h.volume_id != sb_.volume_id) {
+        break;  // end of this generation's log (or a torn header)
+      }
+      if (seq == 0) seq = h.region_seq;
+      if (h.region_seq != seq) break;  // an older generation's leftovers
+      const uint64_t eb = entry_bytes(h.payload_bytes);
+      if (h.payload_bytes == 0 || h.payload_bytes > opts_.max_payload_bytes ||
+          off + eb > opts_.region_bytes) {
+        break;
+      }
+      if (crc32c(rb.data() + off + sizeof(h), h.payload_bytes) == h.payload_crc) {
+        auto ns = namespaces_->intern(Key128{h.ns_hi, h.ns_lo}, false);
+        if (!ns.ok()) return ns.status();
+        IndexRecord rec;
+        rec.key = Key128{h.key_hi, h.key_lo};
+        rec.disk_page = first_page_of(r) + static_cast<uint32_t>(off / kPageBytes);
+        rec.length = h.payload_bytes;
+        rec.ns = *ns;
+        // The same key may sit in two regions (reinserted): either copy is
+        // the same bytes; the first one found wins.
+        if (index_->insert(rec) == Index::InsertResult::kInserted) {
+          reg.keys.push_back(rec.key);
+          c_->recovered_entries.fetch_add(1, kRelaxed);
+        }
+      } else {
+        c_->recovery_dropped.fetch_add(1, kRelaxed);
+      }
+      off += eb;
+    }
+    if (seq != 0) {
+      reg.state = Region::kSealed;
+      reg.seq = seq;
+      reg.fill = reg.flushed = static_cast<uint32_t>(off);
+    }
+  }
+  return Status::ok_status();
+}
+
+Result<uint32_t> DiskTier::append(const Key128& key, uint16_t ns, ByteView payload,
+                                  uint32_t payload_crc) {
+  if (payload.empty() || payload.size() > opts_.max_payload_bytes) {
+    return Status::invalid_argument(fmt::format("payload of {} bytes outside (0, {}]",
+                                                payload.size(), opts_.max_payload_bytes));
+  }
+  const Key128 ns_digest = namespaces_->digest(ns);
+  std::unique_lock lock(mu_);
+  KVTIER_RETURN_IF_ERROR(make_room_locked(lock, entry_bytes(payload.size())));
+  return append_locked(key, ns_digest, payload, payload_crc);
+}
+
+Status DiskTier::make_room_locked(std::unique_lock<std::mutex>& lock, uint64_t need) {
+  for (;;) {
+    if (open_ >= 0 && regions_[open_].fill + need <= opts_.region_bytes) return Status::ok_status();
+    if (opening_) {
+      cv_.wait(lock);
+      continue;
+    }
+    if (open_ >= 0) {
+      auto chunks = seal_open_locked();
+      lock.unlock();
+      submit_writes(std::move(chunks));
+      lock.lock();
+      continue;
+    }
+    opening_ = true;
+    Status st = open_region_locked(lock);
+    opening_ = false;
+    cv_.notify_all();
+    if (!st.ok()) return st;
+  }
+}
+
+std::vector<DiskTier::WriteChunk> DiskTier::chunks_locked(uint32_t region, uint32_t from,
+                                                          uint32_t to) {
+  std::vector<WriteChunk> out;
+  Region& r = regions_[region];
+  for (uint32_t off = from; off < to; off += opts_.flush_chunk_bytes) {
+    uint32_t len = std::min<uint32_t>(opts_.flush_chunk_bytes, to - off);
+    out.push_back({region_offset(region) + off, ByteView(write_bufs_[r.buf].data() + off, len),
+                   region});
+  }
+  r.pending += static_cast<uint32_t>(out.size());
+  writes_in_flight_ += out.size();
+  return out;
+}
+
+std::vector<DiskTier::WriteChunk> DiskTier::seal_open_locked() {
+  const uint32_t id = static_cast<uint32_t>(open_);
+  Region& r = regions_[id];
+  open_ = -1;
+  auto chunks = chunks_locked(id, r.flushed, r.fill);
+  r.flushed = r.fill;
+  r.state = Region::kFlushing;
+  fifo_.push_back(id);
+  if (r.pending == 0) {  // nothing left to write
+    r.state = Region::kSealed;
+    free_write_bufs_.push_back(r.buf);
+    r.buf = -1;
+    cv_.notify_all();
+  }
+  return chunks;
+}
+
+void DiskTier::submit_writes(std::vector<WriteChunk> chunks) {
+  for (const auto& ch : chunks) {
+    c_->region_writes.fetch_add(1, kRelaxed);
+    uint32_t region = ch.region;
+    size_t len = ch.data.size();
+    dev_->write(ch.offset, ch.data, [this, region, len](Status st) {
+      if (st.ok()) c_->bytes_written.fetch_add(len, kRelaxed);
+      on_write_done(region, std::move(st));
+    });
+  }
+}
+
+void DiskTier::on_write_done(uint32_t region, Status st) {
+  std::lock_guard lock(mu_);
+  Region& r = regions_[region];
+  if (!st.ok()) {
+    c_->write_errors.fetch_add(1, kRelaxed);
+    if (!r.write_failed) spdlog::warn("disk tier: region {} write failed: {}", region, st.to_string());
+    r.write_failed = true;
+  }
+  --r.pending;
+  --writes_in_flight_;
+  if (r.pending == 0 && r.state == Region::kFlushing) {
+    r.state = Region::kSealed;
+    free_write_bufs_.push_back(r.buf);
+    r.buf = -1;
+    if (r.write_failed) forget_region_locked(region);
+  }
+  cv_.notify_all();
+}
+
+void DiskTier::forget_region_locked(uint32_t region) {
+  // The volume does not hold what the index would point at: drop the disk
+  // locations now rather than failing verification on every later read.
+  Region& r = regions_[region];
+  const uint32_t first = first_page_of(region), end = first + pages_per_region_;
+  for (const Key128& key : r.keys) {
+    index_->update(key, [&](IndexRecord& rec) {
+      if (rec.disk_page < first || rec.disk_page >= end) return true;
+      rec.disk_page = kNoDiskPage;
+      c_->entries_evicted.fetch_add(1, kRelaxed);
+      return rec.in_ram();
+    });
+  }
+  r.keys.clear();
+}
+
+Status DiskTier::open_region_locked(std::unique_lock<std::mutex>& lock) {
+  cv_.wait(lock, [&] { return !free_write_bufs_.empty(); });
+
+  struct Hot {
+    IndexRecord rec;
+    AlignedBuffer data;
+    bool ok = false;
+  };
+  std::vector<Hot> hot;
+  uint32_t id;
+  if (!free_regions_.empty()) {
+    id = free_regions_.back();
+    free_regions_.pop_back();
+  } else {
+    if (fifo_.empty()) return Status::internal("disk tier has no region to reclaim");
+    id = fifo_.front();
+    cv_.wait(lock, [&] { return regions_[id].state != Region::kFlushing; });
+    fifo_.pop_front();
+    Region& victim = regions_[id];
+    victim.state = Region::kReclaiming;
+    const uint32_t first = first_page_of(id), end = first + pages_per_region_;
+    uint64_t budget = opts_.reinsert_hot
+                          ? static_cast<uint64_t>(opts_.region_bytes * opts_.reinsert_max_fraction)
+                          : 0;
+    for (const Key128& key : victim.keys) {
+      index_->update(key, [&](IndexRecord& rec) {
+        if (rec.disk_page < first || rec.disk_page >= end) return true;  // lives elsewhere now
+        uint64_t eb = entry_bytes(rec.length);
+        if (!rec.in_ram() && rec.disk_hits >= opts_.reinsert_min_hits && eb <= budget) {
+          budget -= eb;
+          hot.push_back({rec, AlignedBuffer(), false});
+          return true;  // stays readable from the old copy until moved
+        }
+        c_->entries_evicted.fetch_add(1, kRelaxed);
+        rec.disk_page = kNoDiskPage;
+        return rec.in_ram();
+      });
+    }
+    victim.keys.clear();
+    c_->regions_reclaimed.fetch_add(1, kRelaxed);
+    if (!hot.empty()) {
+      // Read the hot entries back without holding mu_ (completions need it).
+      lock.unlock();
+      for (Hot& h : hot) {
+        h.data = AlignedBuffer(entry_bytes(h.rec.length), kDirectIoAlignment);
+        uint64_t off = static_cast<uint64_t>(h.rec.disk_page) * kPageBytes;
+        h.ok = dev_->read_sync(off, h.data.view()).ok() &&
+               check_entry(h.data.data(), sb_.volume_id, h.rec.key,
+                           namespaces_->digest(h.rec.ns), h.rec.length)
+                   .ok();
+      }
+      lock.lock();
+    }
+  }
+  Region& r = regions_[id];
+  r.state = Region::kOpen;
+  r.seq = next_seq_++;
+  r.fill = r.flushed = 0;
+  r.pending = 0;
+  r.write_failed = false;
+  r.keys.clear();
+  r.buf = free_write_bufs_.back();
+  free_write_bufs_.pop_back();
+  open_ = id;
+  for (Hot& h : hot) {
+    const uint32_t old_page = h.rec.disk_page;
+    uint32_t new_page = kNoDiskPage;
+    if (h.ok) {
+      EntryHeader eh;
+      std::memcpy(&eh, h.data.data(), sizeof(eh));
+      new_page = append_locked(h.rec.key, namespaces_->digest(h.rec.ns),
+                               ByteView(h.data.data() + sizeof(eh), h.rec.length), eh.payload_crc);
+      c_->entries_reinserted.fetch_add(1, kRelaxed);
+    } else {
+      c_->entries_evicted.fetch_add(1, kRelaxed);
+    }
+    index_->update(h.rec.key, [&](IndexRecord& rec) {
+      if (rec.disk_page != old_page) return true;
+      rec.disk_page = new_page;
+      rec.disk_hits = 0;
+      return rec.on_disk() || rec.in_ram();
+    });
+  }
+  return Status::ok_status();
+}
+
+uint32_t DiskTier::append_locked(const Key128& key, const Key128& ns_digest, ByteView payload,
+                                 uint32_t crc) {
+  Region& r = regions_[open_];
+  std::byte* dst = write_bufs_[r.buf].data() + r.fill;
+  EntryHeader h{};
+  h.magic = kEntryMagic;
+  h.version = kFormatVersion;
+  h.header_bytes = sizeof(EntryHeader);
+  h.region_seq = r.seq;
+  h.volume_id = sb_.volume_id;
+  h.key_hi = key.hi;
+  h.key_lo = key.lo;
+  h.ns_hi = ns_digest.hi;
+  h.ns_lo = ns_digest.lo;
+  h.payload_bytes = static_cast<uint32_t>(payload.size());
+  h.payload_crc = crc;
+  h.header_crc = header_crc_of(h);
+  std::memcpy(dst, &h, sizeof(h));
+  std::memcpy(dst + sizeof(h), payload.data(), payload.size());
+  const uint64_t eb = entry_bytes(payload.size());
+  const uint64_t used = sizeof(h) + payload.size();
+  std::memset(dst + used, 0, eb - used);  // no stale memory reaches the volume
+  const uint32_t page = first_page_of(static_cast<uint32_t>(open_)) + r.fill / kPageBytes;
+  r.fill += static_cast<uint32_t>(eb);
+  r.keys.push_back(key);
+  c_->appends.fetch_add(1, kRelaxed);
+  c_->bytes_appended.fetch_add(payload.size(), kRelaxed);
+  return page;
+}
+
+void DiskTier::read_async(const IndexRecord& rec, std::shared_ptr<ReadTarget> target,
+                          uint64_t deadline_ns) {
+  if (!valid_page(rec.disk_page) || rec.length == 0 || rec.length > opts_.max_payload_bytes) {
+    target->complete(Status::corruption("index record out of range"), {});
+    return;
+  }
+  const Key128 ns_digest = namespaces_->digest(rec.ns);
+  const uint32_t region = region_of_page(rec.disk_page);
+  const uint64_t off_in_region = uint64_t{rec.disk_page - first_page_of(region)} * kPageBytes;
+  const uint64_t eb = entry_bytes(rec.length);
+  const uint64_t volume_id = sb_.volume_id;
+  {
+    std::lock_guard lock(mu_);
+    const Region& r = regions_[region];
+    if (r.buf >= 0 && off_in_region + eb <= r.fill) {
+      // Still in a region buffer (open or flushing): serve from memory.
+      const std::byte* entry = write_bufs_[r.buf].data() + off_in_region;
+      Status st = check_entry(entry, volume_id, rec.key, ns_digest, rec.length);
+      c_->buffer_reads.fetch_add(1, kRelaxed);
+      target->complete(st, ByteView(entry + sizeof(EntryHeader), rec.length));
+      return;
+    }
+  }
+  std::shared_ptr<StagePool> pool = stage_;
+  int slot = pool->acquire(deadline_ns);
+  if (slot < 0) {
+    target->complete(Status::timeout("no read slot before the deadline"), {});
+    return;
+  }
+  c_->reads.fetch_add(1, kRelaxed);
+  MutableByteView buf = pool->buf(slot).subview(0, eb);
+  std::shared_ptr<Counters> counters = c_;
+  dev_->read(uint64_t{rec.disk_page} * kPageBytes, buf,
+             [pool, slot, target, counters, rec, ns_digest, volume_id](Status st) {
+               const std::byte* entry = pool->buf(slot).data();
+               if (st.ok()) {
+                 counters->bytes_read.fetch_add(entry_bytes(rec.length), kRelaxed);
+                 st = check_entry(entry, volume_id, rec.key, ns_digest, rec.length);
+                 if (st.code() == StatusCode::kCorruption) {
+                   counters->read_corrupt.fetch_add(1, kRelaxed);
+                 }
+               } else {
+                 counters->read_io_errors.fetch_add(1, kRelaxed);
+               }
+               target->complete(st, ByteView(entry + sizeof(EntryHeader), rec.length));
+               pool->release(slot);
+             });
+}
+
+Status DiskTier::flush() {
+  std::unique_lock lock(mu_);
+  std::vector<WriteChunk> chunks;
+  if (open_ >= 0) {
+    Region& r = regions_[open_];
+    chunks = chunks_locked(static_cast<uint32_t>(open_), r.flushed, r.fill);
+    r.flushed = r.fill;
+  }
+  lock.unlock();
+  submit_writes(std::move(chunks));
+  lock.lock();
+  cv_.wait(lock, [&] { return writes_in_flight_ == 0; });
+  lock.unlock();
+  return dev_->flush_sync();
+}
+
+Status DiskTier::close() {
+  KVTIER_RETURN_IF_ERROR(flush());
+  std::unique_lock lock(mu_);
+  // The open region is fully written now: record it as sealed.
+  std::vector<CheckpointEntry> entries;
+  index_->for_each([&](const IndexRecord& rec) {
+    if (!rec.on_disk()) return;
+    Key128 nsd = namespaces_->digest(rec.ns);
+    entries.push_back(CheckpointEntry{rec.key.hi, rec.key.lo, nsd.hi, nsd.lo, rec.disk_page,
+                                      rec.length, rec.disk_hits, 0, 0});
+  });
+  const uint64_t bytes = sizeof(CheckpointHeader) + uint64_t{region_count_} * sizeof(CheckpointRegion) +
+                         entries.size() * sizeof(CheckpointEntry);
+  if (bytes > sb_.checkpoint_capacity) {
+    spdlog::warn("disk tier: {} entries do not fit the checkpoint area; next start will scan",
+                 entries.size());
+    return Status::ok_status();
+  }
+  AlignedBuffer buf(align_up(bytes, kPageBytes), kDirectIoAlignment, true);
+  CheckpointHeader h{};
+  h.magic = kCheckpointMagic;
+  h.version = kFormatVersion;
+  h.volume_id = sb_.volume_id;
+  h.next_region_seq = next_seq_;
+  h.region_count = region_count_;
+  h.entry_count = entries.size();
+  std::byte* p = buf.data();
+  std::memcpy(p, &h, sizeof(h));
+  p += sizeof(h);
+  for (uint32_t r = 0; r < region_count_; ++r, p += sizeof(CheckpointRegion)) {
+    const Region& reg = regions_[r];
+    bool has_data = reg.state != Region::kFree && reg.fill > 0;
+    CheckpointRegion cr{reg.seq, reg.fill, has_data ? uint32_t{kRegionSealed} : uint32_t{kRegionFree}};
+    std::memcpy(p, &cr, sizeof(cr));
+  }
+  if (!entries.empty()) std::memcpy(p, entries.data(), entries.size() * sizeof(CheckpointEntry));
+  lock.unlock();
+  KVTIER_RETURN_IF_ERROR(dev_->write_sync(sb_.checkpoint_offset, buf.view()));
+  KVTIER_RETURN_IF_ERROR(dev_->flush_sync());
+  sb_.checkpoint_state = kCheckpointValid;
+  sb_.checkpoint_bytes = bytes;
+  sb_.checkpoint_crc = crc32c(buf.data(), bytes);
+  return write_superblock();
+}
+
+DiskTierStats DiskTier::stats() const {
+  DiskTierStats s;
+  s.appends = c_->appends.load(kRelaxed);
+  s.bytes_appended = c_->bytes_appended.load(kRelaxed);
+  s.region_writes = c_->region_writes.load(kRelaxed);
+  s.bytes_written = c_->bytes_written.load(kRelaxed);
+  s.write_errors = c_->write_errors.load(kRelaxed);
+  s.reads = c_->reads.load(kRelaxed);
+  s.bytes_read = c_->bytes_read.load(kRelaxed);
+  s.buffer_reads = c_->buffer_reads.load(kRelaxed);
+  s.read_corrupt = c_->read_corrupt.load(kRelaxed);
+  s.read_io_errors = c_->read_io_errors.load(kRelaxed);
+  s.regions_reclaimed = c_->regions_reclaimed.load(kRelaxed);
+  s.entries_evicted = c_->entries_evicted.load(kRelaxed);
+  s.entries_reinserted = c_->entries_reinserted.load(kRelaxed);
+  s.recovered_entries = c_->recovered_entries.load(kRelaxed);
+  s.recovery_dropped = c_->recovery_dropped.load(kRelaxed);
+  s.recovered_from_checkpoint = c_->recovered_from_checkpoint;
+  s.region_count = region_count_;
+  std::lock_guard lock(mu_);
+  for (const auto& r : regions_) s.regions_in_use += r.state != Region::kFree;
+  return s;
+}
+
+}  // namespace kvtier::kv

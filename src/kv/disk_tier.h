@@ -1,0 +1,169 @@
+// DiskTier: the store's disk tier, log-structured regions on any BlockDevice
+// (no filesystem). Appends fill an in-memory region buffer and go out as large
+// aligned writes; eviction reclaims whole regions in FIFO order, optionally
+// reinserting blocks that were read from disk often. Every entry carries a
+// checksummed, versioned header (key, namespace digest, length, payload CRC,
+// region generation, volume id), and a read is served only when all of them
+// verify, so a block overwritten, torn or corrupted under a reader is a miss,
+// never wrong bytes. See docs/disk-format.md.
+//
+// Restart: a clean close() writes a checkpoint of index and region metadata;
+// open() loads it and invalidates it at once, so a later crash is followed by
+// a scan that keeps exactly the entries whose checksums verify.
+//
+// Thread-safety: every public method may be called from any thread. mu_
+// guards the region table; device I/O is never submitted while holding it
+// (MemDevice completes inline and completions take mu_).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "blk/block_device.h"
+#include "common/buffer.h"
+#include "common/status.h"
+#include "kv/disk_format.h"
+#include "kv/index.h"
+#include "kv/namespace_table.h"
+#include "kv/read_target.h"
+
+namespace kvtier::kv {
+
+class StagePool;
+
+struct DiskTierOptions {
+  uint64_t region_bytes = 64ull << 20;
+  // In-memory region buffers: one is filled while the others flush.
+  unsigned write_buffers = 3;
+  // A sealed region goes out as writes of this size, all in flight at once.
+  uint32_t flush_chunk_bytes = 4u << 20;
+  // Largest payload accepted (sets the staging-buffer size).
+  uint32_t max_payload_bytes = 2u << 20;
+  // Disk reads in flight at most (staging buffers).
+  unsigned read_depth = 32;
+  bool reinsert_hot = true;
+  uint16_t reinsert_min_hits = 2;
+  double reinsert_max_fraction = 0.25;  // of a region, per reclaim
+  // Sizing of the checkpoint area: room for one entry per this many bytes.
+  uint64_t checkpoint_min_entry_bytes = 64u << 10;
+  // Reformat a volume whose superblock is missing, corrupt or of another
+  // geometry (it is a cache). When false, such a volume is an error.
+  bool format_if_invalid = true;
+};
+
+struct DiskTierStats {
+  uint64_t appends = 0, bytes_appended = 0;
+  uint64_t region_writes = 0, bytes_written = 0, write_errors = 0;
+  uint64_t reads = 0, bytes_read = 0, buffer_reads = 0;
+  uint64_t read_corrupt = 0, read_io_errors = 0;
+  uint64_t regions_reclaimed = 0, entries_evicted = 0, entries_reinserted = 0;
+  uint64_t recovered_entries = 0, recovery_dropped = 0;
+  bool recovered_from_checkpoint = false;
+  uint32_t region_count = 0, regions_in_use = 0;
+};
+
+class DiskTier {
+ public:
+  // Opens (or formats) the tier on `device`, filling `index` with the
+  // entries found there. `index` and `namespaces` must outlive the tier.
+  static Result<std::unique_ptr<DiskTier>> open(std::shared_ptr<blk::BlockDevice> device,
+                                                const DiskTierOptions& options, Index* index,
+                                                NamespaceTable* namespaces);
+  ~DiskTier();
+
+  // Appends one entry and returns its first page. The index is not touched:
+  // the caller points its record at the page. Blocks only when every write
+  // buffer is still flushing (back-pressure).
+  Result<uint32_t> append(const Key128& key, uint16_t ns, ByteView payload, uint32_t payload_crc);
+
+  // Reads the entry of `rec` and delivers its payload to `target` after
+  // verifying header and checksum (mismatch: kCorruption). Waits for a
+  // staging buffer until `deadline_ns` (then kTimeout). The completion may
+  // run inline or on a device thread.
+  void read_async(const IndexRecord& rec, std::shared_ptr<ReadTarget> target, uint64_t deadline_ns);
+
+  // Makes every appended entry durable (partial region write + device flush).
+  Status flush();
+  // flush(), then writes the checkpoint. The tier must be idle.
+  Status close();
+
+  DiskTierStats stats() const;
+  uint64_t region_bytes() const { return opts_.region_bytes; }
+  uint32_t region_count() const { return region_count_; }
+  // True when `page` lies in the data area (for sanity checks).
+  bool valid_page(uint32_t page) const;
+
+ private:
+  struct Region;
+  struct WriteChunk {
+    uint64_t offset;
+    ByteView data;
+    uint32_t region;
+  };
+
+  DiskTier(std::shared_ptr<blk::BlockDevice> device, const DiskTierOptions& options, Index* index,
+           NamespaceTable* namespaces);
+  Status init();
+  Status format();
+  Status write_superblock();
+  Status load_checkpoint();
+  Status scan_regions();
+  void rebuild_fifo();
+
+  uint32_t region_of_page(uint32_t page) const;
+  uint32_t first_page_of(uint32_t region) const;
+  uint64_t region_offset(uint32_t region) const;
+
+  // All *_locked methods require mu_ held through `lock`.
+  Status make_room_locked(std::unique_lock<std::mutex>& lock, uint64_t need);
+  std::vector<WriteChunk> seal_open_locked();
+  std::vector<WriteChunk> chunks_locked(uint32_t region, uint32_t from, uint32_t to);
+  Status open_region_locked(std::unique_lock<std::mutex>& lock);
+  uint32_t append_locked(const Key128& key, const Key128& ns_digest, ByteView payload,
+                         uint32_t crc);
+  void submit_writes(std::vector<WriteChunk> chunks);
+  void on_write_done(uint32_t region, Status st);
+  void forget_region_locked(uint32_t region);
+  void register_buffers();
+
+  Status verify_entry(const std::byte* entry, const IndexRecord& rec, const Key128& ns_digest,
+                      uint64_t expect_seq_or_zero) const;
+  void drop_if_points_here(const IndexRecord& rec);
+
+  std::shared_ptr<blk::BlockDevice> dev_;
+  DiskTierOptions opts_;
+  Index* index_;
+  NamespaceTable* namespaces_;
+  disk::Superblock sb_{};
+  uint32_t region_count_ = 0;
+  uint32_t pages_per_region_ = 0;
+  uint32_t data_first_page_ = 0;
+  uint64_t max_entry_bytes_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Region> regions_;              // guarded by mu_
+  std::deque<uint32_t> fifo_;                // sealed/flushing regions, oldest first
+  std::vector<uint32_t> free_regions_;       // guarded by mu_
+  std::vector<AlignedBuffer> write_bufs_;    // fixed after init
+  std::vector<int> free_write_bufs_;         // guarded by mu_
+  int64_t open_ = -1;                        // open region, guarded by mu_
+  bool opening_ = false;                     // a thread is opening a region
+  uint64_t next_seq_ = 1;                    // guarded by mu_
+  uint64_t writes_in_flight_ = 0;            // guarded by mu_
+
+  // Staging buffers for device reads and the counters; shared with in-flight
+  // read completions, which may outlive a tier shut down under a hung device.
+  std::shared_ptr<StagePool> stage_;
+  std::vector<int> registered_;  // buffer indexes registered with a UringDevice
+  struct Counters;
+  std::shared_ptr<Counters> c_;
+};
+
+}  // namespace kvtier::kv

@@ -1,0 +1,117 @@
+#include "kv/ram_tier.h"
+
+namespace kvtier::kv {
+
+namespace {
+constexpr uint32_t word(uint32_t state, uint32_t leases) { return state << 24 | leases; }
+constexpr auto kAcqRel = std::memory_order_acq_rel;
+constexpr auto kAcquire = std::memory_order_acquire;
+constexpr auto kRelaxed = std::memory_order_relaxed;
+}  // namespace
+
+RamTier::RamTier(uint64_t capacity_bytes, uint32_t slot_bytes)
+    : slot_bytes_(static_cast<uint32_t>(align_up(slot_bytes, 64))),
+      slot_count_(slot_bytes_ == 0 ? 0 : static_cast<uint32_t>(capacity_bytes / slot_bytes_)),
+      arena_(static_cast<size_t>(slot_count_) * slot_bytes_, kDirectIoAlignment),
+      meta_(std::make_unique<Meta[]>(slot_count_)) {
+  free_.reserve(slot_count_);
+  // Hand out low slots first: they are the ones already faulted in.
+  for (uint32_t i = slot_count_; i > 0; --i) free_.push_back(i - 1);
+}
+
+std::optional<uint32_t> RamTier::allocate() {
+  std::lock_guard lock(free_mu_);
+  if (free_.empty()) return std::nullopt;
+  uint32_t s = free_.back();
+  free_.pop_back();
+  meta_[s].state.store(word(kFilling, 0), kRelaxed);
+  used_.fetch_add(1, kRelaxed);
+  return s;
+}
+
+void RamTier::publish(uint32_t slot, const Key128& key, uint16_t ns, uint32_t length, uint32_t crc,
+                      bool hold_lease) {
+  Meta& m = meta_[slot];
+  m.key = key;
+  m.ns = ns;
+  m.length = length;
+  m.crc = crc;
+  m.pin_until_ns.store(0, kRelaxed);
+  m.referenced.store(1, kRelaxed);
+  m.state.store(word(kReady, hold_lease ? 1 : 0), std::memory_order_release);
+}
+
+bool RamTier::try_lease(uint32_t slot, const Key128& key) {
+  if (slot >= slot_count_) return false;
+  Meta& m = meta_[slot];
+  uint32_t w = m.state.load(kAcquire);
+  for (;;) {
+    if ((w >> 24) != kReady || (w & kLeaseMask) == kLeaseMask) return false;
+    if (m.state.compare_exchange_weak(w, w + 1, kAcqRel, kAcquire)) break;
+  }
+  // Ready and leased: the key cannot change under us now.
+  if (!(m.key == key)) {
+    release(slot);
+    return false;
+  }
+  m.referenced.store(1, kRelaxed);
+  return true;
+}
+
+void RamTier::release(uint32_t slot) { meta_[slot].state.fetch_sub(1, std::memory_order_release); }
+
+uint32_t RamTier::lease_count(uint32_t slot) const {
+  return meta_[slot].state.load(kRelaxed) & kLeaseMask;
+}
+
+uint64_t RamTier::leased_slots() const {
+  uint64_t n = 0;
+  for (uint32_t i = 0; i < slot_count_; ++i) n += (meta_[i].state.load(kRelaxed) & kLeaseMask) != 0;
+  return n;
+}
+
+bool RamTier::try_claim(uint32_t slot) {
+  uint32_t expected = word(kReady, 0);
+  return meta_[slot].state.compare_exchange_strong(expected, word(kEvicting, 0), kAcqRel);
+}
+
+std::optional<uint32_t> RamTier::claim_victim(uint64_t now_ns) {
+  if (slot_count_ == 0) return std::nullopt;
+  std::lock_guard lock(clock_mu_);
+  for (uint64_t step = 0; step < 2ull * slot_count_; ++step) {
+    uint32_t s = hand_;
+    hand_ = hand_ + 1 == slot_count_ ? 0 : hand_ + 1;
+    Meta& m = meta_[s];
+    if (m.state.load(kRelaxed) != word(kReady, 0)) continue;
+    if (m.pin_until_ns.load(kRelaxed) > now_ns) continue;
+    if (m.referenced.exchange(0, kRelaxed)) continue;  // second chance
+    if (try_claim(s)) return s;
+  }
+  return std::nullopt;
+}
+
+void RamTier::release_slot(uint32_t slot) {
+  Meta& m = meta_[slot];
+  m.key = Key128{};
+  m.state.store(word(kFree, 0), std::memory_order_release);
+  used_.fetch_sub(1, kRelaxed);
+  std::lock_guard lock(free_mu_);
+  free_.push_back(slot);
+}
+
+void RamTier::recycle(uint32_t slot) {
+  Meta& m = meta_[slot];
+  m.key = Key128{};
+  m.state.store(word(kFilling, 0), std::memory_order_release);
+}
+
+void RamTier::pin(uint32_t slot, uint64_t until_ns) {
+  auto& p = meta_[slot].pin_until_ns;
+  uint64_t cur = p.load(kRelaxed);
+  while (cur < until_ns && !p.compare_exchange_weak(cur, until_ns, kRelaxed)) {
+  }
+}
+
+void RamTier::unpin(uint32_t slot) { meta_[slot].pin_until_ns.store(0, kRelaxed); }
+
+}  // namespace kvtier::kv

@@ -1,0 +1,57 @@
+// ReadTarget: the meeting point of a waiting reader and an asynchronous I/O
+// completion. The completion copies the verified payload into the caller's
+// buffer only if the reader is still waiting; once the reader has given up
+// (timeout), the buffer is never touched again, so a slow or hung device can
+// turn a read into a miss without a use-after-free.
+#pragma once
+
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+
+#include "common/buffer.h"
+#include "common/clock.h"
+#include "common/status.h"
+
+namespace kvtier::kv {
+
+class ReadTarget {
+ public:
+  explicit ReadTarget(MutableByteView out) : out_(out) {}
+
+  // Completion side. `payload` is copied into the caller's buffer when `st`
+  // is OK and the waiter is still there.
+  void complete(Status st, ByteView payload) {
+    std::lock_guard lock(mu_);
+    if (abandoned_ || done_) return;
+    if (st.ok()) std::memcpy(out_.data(), payload.data(), payload.size());
+    status_ = std::move(st);
+    done_ = true;
+    cv_.notify_all();
+  }
+
+  // Waiter side. Returns the completion's status, or kTimeout at the
+  // deadline, after which complete() will not write the buffer.
+  Status wait_until(uint64_t deadline_ns) {
+    std::unique_lock lock(mu_);
+    while (!done_) {
+      uint64_t now = now_ns();
+      if (now >= deadline_ns) {
+        abandoned_ = true;
+        return Status::timeout("disk read did not complete in time");
+      }
+      cv_.wait_for(lock, std::chrono::nanoseconds(deadline_ns - now));
+    }
+    return status_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  MutableByteView out_;
+  bool done_ = false;       // guarded by mu_
+  bool abandoned_ = false;  // guarded by mu_
+  Status status_;           // guarded by mu_
+};
+
+}  // namespace kvtier::kv

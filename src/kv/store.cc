@@ -1,0 +1,565 @@
+#include "kv/store.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <thread>
+
+#include "common/clock.h"
+#include "common/crc32c.h"
+
+namespace kvtier::kv {
+
+const char* tier_name(Tier t) {
+  switch (t) {
+    case Tier::kNone: return "none";
+    case Tier::kRam: return "ram";
+    case Tier::kDisk: return "disk";
+  }
+  return "?";
+}
+
+const char* miss_reason_name(MissReason r) {
+  switch (r) {
+    case MissReason::kNone: return "none";
+    case MissReason::kNotFound: return "not_found";
+    case MissReason::kEvicted: return "evicted";
+    case MissReason::kForeignNamespace: return "foreign_namespace";
+    case MissReason::kCorrupt: return "corrupt";
+    case MissReason::kIoError: return "io_error";
+    case MissReason::kTimeout: return "timeout";
+    case MissReason::kCount: break;
+  }
+  return "?";
+}
+
+const char* refuse_reason_name(RefuseReason r) {
+  switch (r) {
+    case RefuseReason::kNone: return "none";
+    case RefuseReason::kNoSpace: return "no_space";
+    case RefuseReason::kIndexFull: return "index_full";
+    case RefuseReason::kDiskError: return "disk_error";
+    case RefuseReason::kCount: break;
+  }
+  return "?";
+}
+
+// Hot-path references into the registry, resolved once.
+struct Store::Metrics {
+  explicit Metrics(MetricsRegistry& r)
+      : puts(r.counter("kvtier_store_puts_total", "Blocks stored")),
+        dedups(r.counter("kvtier_store_dedup_total", "Puts of a key already stored")),
+        put_bytes(r.counter("kvtier_store_put_bytes_total", "Payload bytes stored")),
+        hits_ram(r.counter("kvtier_store_hits_total", "Gets served", "tier=\"ram\"")),
+        hits_disk(r.counter("kvtier_store_hits_total", "Gets served", "tier=\"disk\"")),
+        get_bytes(r.counter("kvtier_store_get_bytes_total", "Payload bytes served")),
+        evictions(r.counter("kvtier_store_ram_evictions_total", "RAM slots evicted")),
+        demotions(r.counter("kvtier_store_demotions_total", "Blocks written to disk on RAM eviction")),
+        demotion_bytes(r.counter("kvtier_store_demotion_bytes_total", "Bytes demoted to disk")),
+        eviction_drops(r.counter("kvtier_store_eviction_drops_total",
+                                 "Blocks dropped on RAM eviction (no disk tier could take them)")),
+        promotions(r.counter("kvtier_store_promotions_total", "Disk hits copied into RAM")),
+        disk_direct_puts(r.counter("kvtier_store_disk_direct_puts_total",
+                                   "Puts written straight to disk (RAM tier absent or all leased)")),
+        get_latency(r.histogram("kvtier_store_get_seconds", "Latency of get")),
+        put_latency(r.histogram("kvtier_store_put_seconds", "Latency of put")),
+        match_latency(r.histogram("kvtier_store_match_prefix_seconds", "Latency of match_prefix")) {
+    for (size_t i = 1; i < misses.size(); ++i) {
+      misses[i] = &r.counter("kvtier_store_misses_total", "Gets that missed, by reason",
+                             fmt::format("reason=\"{}\"", miss_reason_name(static_cast<MissReason>(i))));
+    }
+    for (size_t i = 1; i < refusals.size(); ++i) {
+      refusals[i] = &r.counter(
+          "kvtier_store_refusals_total", "Puts refused, by reason",
+          fmt::format("reason=\"{}\"", refuse_reason_name(static_cast<RefuseReason>(i))));
+    }
+  }
+  Counter &puts, &dedups, &put_bytes, &hits_ram, &hits_disk, &get_bytes;
+  Counter &evictions, &demotions, &demotion_bytes, &eviction_drops, &promotions, &disk_direct_puts;
+  Histogram &get_latency, &put_latency, &match_latency;
+  std::array<Counter*, static_cast<size_t>(MissReason::kCount)> misses{};
+  std::array<Counter*, static_cast<size_t>(RefuseReason::kCount)> refusals{};
+};
+
+Store::Store(const StoreOptions& options) : opts_(options) {}
+
+Store::~Store() {
+  if (!closed_) {
+    Status st = close();
+    if (!st.ok()) spdlog::warn("store: close at destruction failed: {}", st.to_string());
+  }
+}
+
+Result<std::unique_ptr<Store>> Store::open(const StoreOptions& options) {
+  std::unique_ptr<Store> store(new Store(options));
+  KVTIER_RETURN_IF_ERROR(store->init());
+  return store;
+}
+
+Status Store::init() {
+  if (opts_.max_object_bytes == 0) return Status::invalid_argument("max_object_bytes is 0");
+  if (opts_.ram_bytes > 0 && opts_.ram_bytes < opts_.max_object_bytes) {
+    return Status::invalid_argument(fmt::format(
+        "ram_bytes {} is smaller than one object of {} bytes", opts_.ram_bytes, opts_.max_object_bytes));
+  }
+  if (opts_.ram_bytes == 0 && !opts_.volume) {
+    return Status::invalid_argument("a store needs a RAM tier, a volume, or both");
+  }
+  m_ = std::make_unique<Metrics>(metrics_);
+  ram_ = std::make_unique<RamTier>(opts_.ram_bytes, opts_.max_object_bytes);
+  uint64_t capacity = opts_.index_capacity;
+  if (capacity == 0) {
+    capacity = ram_->slot_count() + 1024;
+    if (opts_.volume) capacity += opts_.volume->capacity() / disk::entry_bytes(opts_.max_object_bytes);
+  }
+  index_ = std::make_unique<Index>(capacity, opts_.index_shards);
+  if (opts_.volume) {
+    DiskTierOptions d = opts_.disk;
+    d.max_payload_bytes = opts_.max_object_bytes;
+    auto disk = DiskTier::open(opts_.volume, d, index_.get(), &namespaces_);
+    if (!disk.ok()) return disk.status();
+    disk_ = std::move(disk).value();
+  }
+  return Status::ok_status();
+}
+
+Result<uint16_t> Store::register_namespace(const Namespace& ns) {
+  KVTIER_RETURN_IF_ERROR(ns.validate());
+  return namespaces_.intern(ns.digest(), true);
+}
+
+Status Store::check_ns(uint16_t ns) const {
+  if (!namespaces_.is_open(ns)) {
+    return Status::invalid_argument(fmt::format("unknown namespace handle {}", ns));
+  }
+  return Status::ok_status();
+}
+
+Status Store::check_key(const Key128& key) const {
+  if (key.is_zero()) return Status::invalid_argument("the all-zero key is reserved");
+  return Status::ok_status();
+}
+
+void Store::count_miss(MissReason r) { m_->misses[static_cast<size_t>(r)]->add(); }
+void Store::count_refusal(RefuseReason r) { m_->refusals[static_cast<size_t>(r)]->add(); }
+
+void Store::evict_slot(uint32_t slot) {
+  const Key128 key = ram_->key(slot);
+  m_->evictions.add();
+  auto rec = index_->find(key);
+  if (!rec || rec->ram_slot != slot) return;  // orphan of a remove(): nothing to keep
+  if (!rec->on_disk() && disk_) {
+    const uint32_t len = ram_->length(slot);
+    auto page = disk_->append(key, ram_->ns(slot), ByteView(ram_->data(slot), len), ram_->crc(slot));
+    if (page.ok()) {
+      index_->update(key, [&](IndexRecord& r) {
+        if (r.ram_slot == slot) {
+          r.ram_slot = kNoRamSlot;
+          r.disk_page = *page;
+        }
+        return true;
+      });
+      m_->demotions.add();
+      m_->demotion_bytes.add(len);
+      return;
+    }
+  }
+  bool dropped = false;
+  index_->update(key, [&](IndexRecord& r) {
+    if (r.ram_slot != slot) return true;
+    r.ram_slot = kNoRamSlot;
+    dropped = !r.on_disk();
+    return r.on_disk();
+  });
+  if (dropped) m_->eviction_drops.add();
+}
+
+std::optional<uint32_t> Store::obtain_slot() {
+  if (ram_->slot_count() == 0) return std::nullopt;
+  if (auto s = ram_->allocate()) return s;
+  auto victim = ram_->claim_victim(now_ns());
+  if (!victim) return std::nullopt;  // every block is leased or pinned
+  evict_slot(*victim);
+  ram_->recycle(*victim);
+  return victim;
+}
+
+PutResult Store::put_to_disk(uint16_t ns, const Key128& key, ByteView data, uint32_t crc) {
+  PutResult res;
+  if (!disk_) {
+    res.outcome = PutResult::Outcome::kRefused;
+    res.refuse = RefuseReason::kNoSpace;
+    return res;
+  }
+  auto page = disk_->append(key, ns, data, crc);
+  if (!page.ok()) {
+    res.outcome = PutResult::Outcome::kRefused;
+    res.refuse = RefuseReason::kDiskError;
+    return res;
+  }
+  IndexRecord rec;
+  rec.key = key;
+  rec.disk_page = *page;
+  rec.length = static_cast<uint32_t>(data.size());
+  rec.ns = ns;
+  switch (index_->insert(rec)) {
+    case Index::InsertResult::kInserted:
+      res.tier = Tier::kDisk;
+      m_->disk_direct_puts.add();
+      break;
+    case Index::InsertResult::kExists:
+      res.outcome = PutResult::Outcome::kDeduplicated;
+      break;
+    case Index::InsertResult::kFull:
+      res.outcome = PutResult::Outcome::kRefused;
+      res.refuse = RefuseReason::kIndexFull;
+      break;
+  }
+  return res;
+}
+
+Result<PutResult> Store::put(uint16_t ns, const Key128& key, ByteView data) {
+  KVTIER_RETURN_IF_ERROR(check_ns(ns));
+  KVTIER_RETURN_IF_ERROR(check_key(key));
+  if (data.empty() || data.size() > opts_.max_object_bytes) {
+    return Status::invalid_argument(fmt::format("object of {} bytes outside (0, {}]", data.size(),
+                                                opts_.max_object_bytes));
+  }
+  const uint64_t t0 = now_ns();
+  PutResult res;
+  if (index_->find(key)) {
+    res.outcome = PutResult::Outcome::kDeduplicated;
+    m_->dedups.add();
+    return res;
+  }
+  const uint32_t crc = crc32c(data);
+  if (auto slot = obtain_slot()) {
+    std::memcpy(ram_->data(*slot), data.data(), data.size());
+    ram_->publish(*slot, key, ns, static_cast<uint32_t>(data.size()), crc, /*hold_lease=*/true);
+    IndexRecord rec;
+    rec.key = key;
+    rec.ram_slot = *slot;
+    rec.length = static_cast<uint32_t>(data.size());
+    rec.ns = ns;
+    auto ins = index_->insert(rec);
+    ram_->release(*slot);
+    if (ins == Index::InsertResult::kInserted) {
+      res.tier = Tier::kRam;
+    } else {
+      // Lost a race with another put of the same key, or the index is full:
+      // give the slot back. Only a reader that raced a stale record can hold
+      // it, and only for the moment its key check takes.
+      while (!ram_->try_claim(*slot)) std::this_thread::yield();
+      ram_->release_slot(*slot);
+      res.outcome = ins == Index::InsertResult::kExists ? PutResult::Outcome::kDeduplicated
+                                                        : PutResult::Outcome::kRefused;
+      if (ins == Index::InsertResult::kFull) res.refuse = RefuseReason::kIndexFull;
+    }
+  } else {
+    res = put_to_disk(ns, key, data, crc);
+  }
+  switch (res.outcome) {
+    case PutResult::Outcome::kStored:
+      m_->puts.add();
+      m_->put_bytes.add(data.size());
+      break;
+    case PutResult::Outcome::kDeduplicated:
+      m_->dedups.add();
+      break;
+    case PutResult::Outcome::kRefused:
+      count_refusal(res.refuse);
+      break;
+  }
+  m_->put_latency.record(now_ns() - t0);
+  return res;
+}
+
+Result<std::vector<PutResult>> Store::batch_put(uint16_t ns, std::span<const Key128> keys,
+                                                std::span<const ByteView> data) {
+  if (keys.size() != data.size()) {
+    return Status::invalid_argument(
+        fmt::format("batch_put: {} keys but {} objects", keys.size(), data.size()));
+  }
+  KVTIER_RETURN_IF_ERROR(check_ns(ns));
+  // Validate everything first so a bad item changes nothing.
+  for (size_t i = 0; i < keys.size(); ++i) {
+    KVTIER_RETURN_IF_ERROR(check_key(keys[i]));
+    if (data[i].empty() || data[i].size() > opts_.max_object_bytes) {
+      return Status::invalid_argument(fmt::format("batch_put: object {} has {} bytes, outside (0, {}]",
+                                                  i, data[i].size(), opts_.max_object_bytes));
+    }
+  }
+  std::vector<PutResult> out;
+  out.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto r = put(ns, keys[i], data[i]);
+    if (!r.ok()) return r.status();
+    out.push_back(*r);
+  }
+  return out;
+}
+
+MissReason Store::disk_failure(const IndexRecord& rec, const Status& st) {
+  switch (st.code()) {
+    case StatusCode::kTimeout: return MissReason::kTimeout;
+    case StatusCode::kIoError: return MissReason::kIoError;
+    default: break;
+  }
+  // The bytes did not verify. If the index still points there, the stored
+  // entry is bad: drop the disk copy. Otherwise the block moved or was
+  // evicted while we read.
+  bool dropped = false;
+  index_->update(rec.key, [&](IndexRecord& r) {
+    if (r.disk_page != rec.disk_page) return true;
+    dropped = true;
+    r.disk_page = kNoDiskPage;
+    return r.in_ram();
+  });
+  return dropped ? MissReason::kCorrupt : MissReason::kEvicted;
+}
+
+void Store::promote(uint16_t ns, const Key128& key, ByteView data) {
+  auto slot = obtain_slot();
+  if (!slot) return;
+  std::memcpy(ram_->data(*slot), data.data(), data.size());
+  ram_->publish(*slot, key, ns, static_cast<uint32_t>(data.size()), crc32c(data), true);
+  bool attached = false;
+  index_->update(key, [&](IndexRecord& r) {
+    if (r.in_ram() || r.ns != ns) return true;
+    r.ram_slot = *slot;
+    attached = true;
+    return true;
+  });
+  ram_->release(*slot);
+  if (attached) {
+    m_->promotions.add();
+    return;
+  }
+  while (!ram_->try_claim(*slot)) std::this_thread::yield();
+  ram_->release_slot(*slot);
+}
+
+Result<GetResult> Store::get(uint16_t ns, const Key128& key, MutableByteView out) {
+  BatchGetItem item{key, out};
+  auto r = batch_get(ns, std::span<const BatchGetItem>(&item, 1));
+  if (!r.ok()) return r.status();
+  return (*r)[0];
+}
+
+Result<std::vector<GetResult>> Store::batch_get(uint16_t ns, std::span<const BatchGetItem> items) {
+  KVTIER_RETURN_IF_ERROR(check_ns(ns));
+  for (const auto& it : items) {
+    KVTIER_RETURN_IF_ERROR(check_key(it.key));
+    if (it.out.empty()) return Status::invalid_argument("get into an empty buffer");
+  }
+  const uint64_t t0 = now_ns();
+  const uint64_t deadline = t0 + opts_.io_timeout_ms * 1000000ull;
+  std::vector<GetResult> results(items.size());
+  struct Pending {
+    size_t item;
+    IndexRecord rec;
+    std::shared_ptr<ReadTarget> target;
+  };
+  std::vector<Pending> pending;
+
+  // Pass 1: RAM hits are copied now; disk reads are all put in flight.
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Key128& key = items[i].key;
+    GetResult& res = results[i];
+    for (int attempt = 0;; ++attempt) {
+      auto rec = index_->find(key);
+      if (!rec) {
+        res.miss = attempt == 0 ? MissReason::kNotFound : MissReason::kEvicted;
+        break;
+      }
+      if (rec->ns != ns) {
+        res.miss = MissReason::kForeignNamespace;
+        break;
+      }
+      if (items[i].out.size() < rec->length) {
+        return Status::invalid_argument(fmt::format(
+            "buffer of {} bytes is too small for block {} of {} bytes", items[i].out.size(),
+            key.to_hex(), rec->length));
+      }
+      if (rec->in_ram()) {
+        if (ram_->try_lease(rec->ram_slot, key)) {
+          std::memcpy(items[i].out.data(), ram_->data(rec->ram_slot), rec->length);
+          ram_->release(rec->ram_slot);
+          res.hit = true;
+          res.tier = Tier::kRam;
+          res.length = rec->length;
+          break;
+        }
+        // The slot is being demoted or was reused: look again shortly.
+        if (attempt > 1000) {
+          res.miss = MissReason::kEvicted;
+          break;
+        }
+        if (attempt > 8) std::this_thread::yield();
+        continue;
+      }
+      if (rec->on_disk() && disk_) {
+        auto target = std::make_shared<ReadTarget>(items[i].out);
+        disk_->read_async(*rec, target, deadline);
+        pending.push_back({i, *rec, std::move(target)});
+        break;
+      }
+      res.miss = MissReason::kNotFound;
+      break;
+    }
+  }
+  // Pass 2: collect the disk reads.
+  for (auto& p : pending) {
+    GetResult& res = results[p.item];
+    Status st = p.target->wait_until(deadline);
+    if (st.ok()) {
+      res.hit = true;
+      res.tier = Tier::kDisk;
+      res.length = p.rec.length;
+      index_->update(p.rec.key, [](IndexRecord& r) {
+        if (r.disk_hits < 0xFFFF) ++r.disk_hits;
+        return true;
+      });
+    } else {
+      res.miss = disk_failure(p.rec, st);
+    }
+  }
+  // Pass 3: bookkeeping and promotion, off the read critical path.
+  for (size_t i = 0; i < items.size(); ++i) {
+    const GetResult& res = results[i];
+    if (res.hit) {
+      (res.tier == Tier::kRam ? m_->hits_ram : m_->hits_disk).add();
+      m_->get_bytes.add(res.length);
+      if (res.tier == Tier::kDisk && opts_.promote_on_disk_hit && ram_->slot_count() > 0) {
+        promote(ns, items[i].key, ByteView(items[i].out.data(), res.length));
+      }
+    } else {
+      count_miss(res.miss);
+    }
+  }
+  const uint64_t per_item = items.empty() ? 0 : (now_ns() - t0);
+  m_->get_latency.record(per_item);
+  return results;
+}
+
+Result<MatchResult> Store::match_prefix(uint16_t ns, std::span<const Key128> keys) {
+  KVTIER_RETURN_IF_ERROR(check_ns(ns));
+  const uint64_t t0 = now_ns();
+  thread_local std::vector<IndexRecord> recs;
+  if (recs.size() < keys.size()) recs.resize(keys.size());
+  MatchResult m;
+  size_t n = index_->match_prefix(keys, recs.data());
+  m.tiers.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (recs[i].ns != ns) break;
+    Tier t = recs[i].in_ram() ? Tier::kRam : Tier::kDisk;
+    (t == Tier::kRam ? m.ram_blocks : m.disk_blocks)++;
+    m.tiers.push_back(t);
+  }
+  m.blocks = m.tiers.size();
+  m_->match_latency.record(now_ns() - t0);
+  return m;
+}
+
+Result<bool> Store::remove(uint16_t ns, const Key128& key) {
+  KVTIER_RETURN_IF_ERROR(check_ns(ns));
+  KVTIER_RETURN_IF_ERROR(check_key(key));
+  auto rec = index_->find(key);
+  if (!rec || rec->ns != ns) return false;
+  if (rec->in_ram() && ram_->try_lease(rec->ram_slot, key)) {
+    ram_->unpin(rec->ram_slot);  // let CLOCK take the orphaned slot soon
+    ram_->release(rec->ram_slot);
+  }
+  return index_->erase(key);
+}
+
+Result<size_t> Store::pin(uint16_t ns, std::span<const Key128> keys, uint64_t ttl_ms) {
+  KVTIER_RETURN_IF_ERROR(check_ns(ns));
+  const uint64_t until = now_ns() + ttl_ms * 1000000ull;
+  size_t n = 0;
+  for (const Key128& key : keys) {
+    auto rec = index_->find(key);
+    if (!rec || rec->ns != ns || !rec->in_ram()) continue;
+    if (!ram_->try_lease(rec->ram_slot, key)) continue;
+    ram_->pin(rec->ram_slot, until);
+    ram_->release(rec->ram_slot);
+    ++n;
+  }
+  return n;
+}
+
+Result<size_t> Store::unpin(uint16_t ns, std::span<const Key128> keys) {
+  KVTIER_RETURN_IF_ERROR(check_ns(ns));
+  size_t n = 0;
+  for (const Key128& key : keys) {
+    auto rec = index_->find(key);
+    if (!rec || rec->ns != ns || !rec->in_ram()) continue;
+    if (!ram_->try_lease(rec->ram_slot, key)) continue;
+    ram_->unpin(rec->ram_slot);
+    ram_->release(rec->ram_slot);
+    ++n;
+  }
+  return n;
+}
+
+Status Store::flush() {
+  if (!disk_) return Status::ok_status();
+  // Write down every block that lives only in RAM; it stays in RAM too.
+  std::vector<IndexRecord> ram_only;
+  index_->for_each([&](const IndexRecord& r) {
+    if (r.in_ram() && !r.on_disk()) ram_only.push_back(r);
+  });
+  for (const IndexRecord& r : ram_only) {
+    if (!ram_->try_lease(r.ram_slot, r.key)) continue;  // evicted meanwhile: demotion wrote it
+    auto page = disk_->append(r.key, ram_->ns(r.ram_slot),
+                              ByteView(ram_->data(r.ram_slot), ram_->length(r.ram_slot)),
+                              ram_->crc(r.ram_slot));
+    ram_->release(r.ram_slot);
+    if (!page.ok()) return page.status();
+    index_->update(r.key, [&](IndexRecord& cur) {
+      if (!cur.on_disk()) cur.disk_page = *page;
+      return true;
+    });
+  }
+  return disk_->flush();
+}
+
+Status Store::close() {
+  if (closed_) return Status::ok_status();
+  closed_ = true;
+  if (!disk_) return Status::ok_status();
+  KVTIER_RETURN_IF_ERROR(flush());
+  return disk_->close();
+}
+
+StoreStats Store::stats() const {
+  StoreStats s;
+  s.puts = m_->puts.value();
+  s.dedups = m_->dedups.value();
+  s.put_bytes = m_->put_bytes.value();
+  s.hits_ram = m_->hits_ram.value();
+  s.hits_disk = m_->hits_disk.value();
+  s.get_bytes = m_->get_bytes.value();
+  for (size_t i = 1; i < s.misses.size(); ++i) s.misses[i] = m_->misses[i]->value();
+  for (size_t i = 1; i < s.refusals.size(); ++i) s.refusals[i] = m_->refusals[i]->value();
+  s.evictions = m_->evictions.value();
+  s.demotions = m_->demotions.value();
+  s.demotion_bytes = m_->demotion_bytes.value();
+  s.eviction_drops = m_->eviction_drops.value();
+  s.promotions = m_->promotions.value();
+  s.disk_direct_puts = m_->disk_direct_puts.value();
+  s.ram_slots = ram_->slot_count();
+  s.ram_used = ram_->used_slots();
+  s.ram_leased = ram_->leased_slots();
+  s.index_entries = index_->size();
+  s.index_capacity = index_->capacity();
+  s.index_bytes = index_->memory_bytes();
+  if (disk_) {
+    s.has_disk = true;
+    s.disk = disk_->stats();
+  }
+  return s;
+}
+
+}  // namespace kvtier::kv

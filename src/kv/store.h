@@ -1,0 +1,172 @@
+// Store: the in-process KV block store. Blocks live in a RAM tier and, below
+// it, a disk tier on a raw block volume; a full RAM tier demotes cold blocks
+// to disk instead of refusing writes. Lookups find the longest cached prefix
+// of a key chain in one call. A block that is missing, corrupt, of another
+// namespace or unreadable is a miss with a counted reason, never an error
+// and never wrong bytes.
+//
+// Errors (a non-OK Status) are reserved for bad input: an unknown namespace,
+// an empty or oversized object, a buffer too small, the reserved zero key.
+// Such calls change nothing.
+//
+// Thread-safety: every method may be called concurrently from any thread.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "blk/block_device.h"
+#include "common/buffer.h"
+#include "common/metrics.h"
+#include "common/status.h"
+#include "kv/block_key.h"
+#include "kv/disk_tier.h"
+#include "kv/index.h"
+#include "kv/namespace.h"
+#include "kv/namespace_table.h"
+#include "kv/ram_tier.h"
+
+namespace kvtier::kv {
+
+enum class Tier : uint8_t { kNone = 0, kRam = 1, kDisk = 2 };
+const char* tier_name(Tier t);
+
+enum class MissReason : uint8_t {
+  kNone = 0,
+  kNotFound,          // never stored, removed, or evicted from every tier
+  kEvicted,           // evicted while the lookup was in progress
+  kForeignNamespace,  // the key exists under another namespace
+  kCorrupt,           // stored bytes failed verification (entry dropped)
+  kIoError,           // the device reported an error
+  kTimeout,           // the device did not answer in time
+  kCount
+};
+const char* miss_reason_name(MissReason r);
+
+enum class RefuseReason : uint8_t {
+  kNone = 0,
+  kNoSpace,     // neither tier could take the block
+  kIndexFull,   // the index reached its fixed capacity
+  kDiskError,   // the disk tier failed to accept the block
+  kCount
+};
+const char* refuse_reason_name(RefuseReason r);
+
+struct StoreOptions {
+  uint64_t ram_bytes = 1ull << 30;  // 0 = no RAM tier (direct-to-volume, case F)
+  // Largest object; also the RAM slot size (KV blocks of one deployment have
+  // one size, so slots waste nothing). 1.5 MiB = 16 tokens x 96 KiB.
+  uint32_t max_object_bytes = 1536u << 10;
+  std::shared_ptr<blk::BlockDevice> volume;  // null = no disk tier
+  DiskTierOptions disk;
+  bool promote_on_disk_hit = true;
+  uint64_t io_timeout_ms = 2000;
+  // Index capacity in blocks; 0 = RAM slots + volume bytes / object size.
+  uint64_t index_capacity = 0;
+  unsigned index_shards = 64;
+};
+
+struct PutResult {
+  enum class Outcome : uint8_t { kStored, kDeduplicated, kRefused };
+  Outcome outcome = Outcome::kStored;
+  Tier tier = Tier::kNone;  // where the block was stored
+  RefuseReason refuse = RefuseReason::kNone;
+  bool stored() const { return outcome != Outcome::kRefused; }
+};
+
+struct GetResult {
+  bool hit = false;
+  Tier tier = Tier::kNone;
+  MissReason miss = MissReason::kNone;
+  uint32_t length = 0;  // payload bytes written to the caller's buffer
+};
+
+struct MatchResult {
+  size_t blocks = 0;       // leading keys present
+  size_t ram_blocks = 0;   // of those, in RAM
+  size_t disk_blocks = 0;  // of those, on disk only
+  std::vector<Tier> tiers; // per matched block
+};
+
+struct BatchGetItem {
+  Key128 key;
+  MutableByteView out;
+};
+
+struct StoreStats {
+  uint64_t puts = 0, dedups = 0, put_bytes = 0;
+  uint64_t hits_ram = 0, hits_disk = 0, get_bytes = 0;
+  std::array<uint64_t, static_cast<size_t>(MissReason::kCount)> misses{};
+  std::array<uint64_t, static_cast<size_t>(RefuseReason::kCount)> refusals{};
+  uint64_t evictions = 0, demotions = 0, demotion_bytes = 0, eviction_drops = 0;
+  uint64_t promotions = 0, disk_direct_puts = 0;
+  uint64_t ram_slots = 0, ram_used = 0, ram_leased = 0;
+  uint64_t index_entries = 0, index_capacity = 0, index_bytes = 0;
+  DiskTierStats disk;
+  bool has_disk = false;
+};
+
+class Store {
+ public:
+  static Result<std::unique_ptr<Store>> open(const StoreOptions& options);
+  ~Store();
+
+  // Validates `ns` and returns the handle that put/get take.
+  Result<uint16_t> register_namespace(const Namespace& ns);
+
+  Result<PutResult> put(uint16_t ns, const Key128& key, ByteView data);
+  Result<GetResult> get(uint16_t ns, const Key128& key, MutableByteView out);
+  Result<std::vector<PutResult>> batch_put(uint16_t ns, std::span<const Key128> keys,
+                                           std::span<const ByteView> data);
+  // Reads every item with the disk reads in flight together.
+  Result<std::vector<GetResult>> batch_get(uint16_t ns, std::span<const BatchGetItem> items);
+  Result<MatchResult> match_prefix(uint16_t ns, std::span<const Key128> keys);
+  // Drops a block from every tier. Returns whether it was present.
+  Result<bool> remove(uint16_t ns, const Key128& key);
+  // Protects the RAM copies of `keys` from eviction for `ttl_ms` (a session
+  // that is likely to return). Returns how many blocks were pinned.
+  Result<size_t> pin(uint16_t ns, std::span<const Key128> keys, uint64_t ttl_ms);
+  Result<size_t> unpin(uint16_t ns, std::span<const Key128> keys);
+
+  // Makes every block stored so far durable on the volume (RAM-only blocks
+  // are written down; they stay in RAM).
+  Status flush();
+  // flush() and write the disk tier's checkpoint; the store must be idle.
+  Status close();
+
+  StoreStats stats() const;
+  MetricsRegistry& metrics() { return metrics_; }
+  const StoreOptions& options() const { return opts_; }
+
+ private:
+  explicit Store(const StoreOptions& options);
+  Status init();
+  Status check_ns(uint16_t ns) const;
+  Status check_key(const Key128& key) const;
+  // Frees a RAM slot, demoting its block to disk when no disk copy exists.
+  void evict_slot(uint32_t slot);
+  std::optional<uint32_t> obtain_slot();
+  PutResult put_to_disk(uint16_t ns, const Key128& key, ByteView data, uint32_t crc);
+  void promote(uint16_t ns, const Key128& key, ByteView data);
+  // Classifies a failed disk read and drops a record that is really bad.
+  MissReason disk_failure(const IndexRecord& rec, const Status& st);
+  void count_miss(MissReason r);
+  void count_refusal(RefuseReason r);
+
+  StoreOptions opts_;
+  MetricsRegistry metrics_;
+  std::unique_ptr<Index> index_;
+  NamespaceTable namespaces_;
+  std::unique_ptr<RamTier> ram_;
+  std::unique_ptr<DiskTier> disk_;
+  bool closed_ = false;
+
+  struct Metrics;
+  std::unique_ptr<Metrics> m_;
+};
+
+}  // namespace kvtier::kv

@@ -1,0 +1,79 @@
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "bench/store_bench.h"
+#include "tools/commands.h"
+
+namespace kvtier::tools {
+
+namespace {
+
+struct StoreBenchCli {
+  bench::StoreBenchOptions opts;
+  double volume_gib = 4;
+  uint32_t object_kib = 1536;
+  double ram_pool_mib = 512;
+  bool json = false;
+};
+
+int run_store_bench_cli(const StoreBenchCli& cli) {
+  bench::StoreBenchOptions o = cli.opts;
+  o.volume_bytes = static_cast<uint64_t>(cli.volume_gib * (1ull << 30)) / 4096 * 4096;
+  o.object_bytes = cli.object_kib * 1024;
+  o.ram_pool_bytes = static_cast<uint64_t>(cli.ram_pool_mib * (1 << 20));
+  o.progress = [](const std::string& line) {
+    std::fprintf(stderr, "%s\n", line.c_str());
+    std::fflush(stderr);
+  };
+  auto report = bench::run_store_bench(o);
+  if (!report.ok()) {
+    std::fprintf(stderr, "kvtier bench store: %s\n", report.status().to_string().c_str());
+    return 1;
+  }
+  if (cli.json) {
+    std::cout << report->json().dump(2) << std::endl;
+  } else {
+    std::cout << report->table() << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_bench_commands(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "Measure kvtier against the limits of this machine");
+  bench->require_subcommand(1);
+
+  auto cli = std::make_shared<StoreBenchCli>();
+  auto* store = bench->add_subcommand(
+      "store",
+      "In-process store: RAM-tier get vs memcpy, disk-tier cold get and writes vs fio on the same "
+      "file (O_DIRECT), match_prefix latency over a 128K-token chain, index memory per block");
+  store->add_option("--volume", cli->opts.volume_path,
+                    "File to use as the disk-tier volume (created; must be on a filesystem that "
+                    "supports O_DIRECT, not tmpfs)")
+      ->capture_default_str();
+  store->add_option("--volume-gib", cli->volume_gib, "Size of the volume file in GiB")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 4096.0));
+  store->add_option("--object-kib", cli->object_kib,
+                    "Object (KV block) size in KiB; 1536 = 16 tokens x 96 KiB/token")
+      ->capture_default_str()
+      ->check(CLI::Range(4u, 65536u));
+  store->add_option("--qd", cli->opts.queue_depth, "Disk reads in flight, for kvtier and fio alike")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 256u));
+  store->add_option("--seconds", cli->opts.seconds, "Length of each timed measurement")
+      ->capture_default_str()
+      ->check(CLI::Range(0.5, 600.0));
+  store->add_option("--ram-mib", cli->ram_pool_mib, "RAM tier size for the RAM-get measurement")
+      ->capture_default_str()
+      ->check(CLI::Range(16.0, 65536.0));
+  store->add_flag("--keep-volume", cli->opts.keep_volume, "Do not delete the volume file at the end");
+  store->add_flag("--json", cli->json,
+                  "Print one JSON object (every ratio under a key ending in _ratio) instead of a table");
+  store->callback([cli] { std::exit(run_store_bench_cli(*cli)); });
+}
+
+}  // namespace kvtier::tools
