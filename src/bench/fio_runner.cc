@@ -23,13 +23,16 @@ Result<FioResult> run_fio(const FioJob& job) {
   int rc = pclose(p);
   if (rc != 0) {
     if (text.find("not found") != std::string::npos || WEXITSTATUS(rc) == 127) {
-      return Status::unavailable("fio is not installed (run scripts/setup.sh, or apt-get install fio)");
+      return Status::unavailable(
+          "fio is not installed (run scripts/setup.sh, or apt-get install fio)");
     }
-    return Status::io_error(fmt::format("fio failed (exit {}): {}", WEXITSTATUS(rc), text.substr(0, 500)));
+    return Status::io_error(
+        fmt::format("fio failed (exit {}): {}", WEXITSTATUS(rc), text.substr(0, 500)));
   }
   // fio may print warnings before the JSON object.
   size_t start = text.find('{');
-  if (start == std::string::npos) return Status::io_error("fio printed no JSON: " + text.substr(0, 300));
+  if (start == std::string::npos)
+    return Status::io_error("fio printed no JSON: " + text.substr(0, 300));
   auto j = nlohmann::json::parse(text.substr(start), nullptr, false);
   if (j.is_discarded() || !j.contains("jobs") || j["jobs"].empty()) {
     return Status::io_error("cannot parse fio's JSON output");

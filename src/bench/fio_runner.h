@@ -12,7 +12,7 @@ namespace kvtier::bench {
 
 struct FioJob {
   std::string filename;
-  std::string rw;           // "randread", "read", "write", ...
+  std::string rw;  // "randread", "read", "write", ...
   uint64_t block_bytes = 0;
   unsigned iodepth = 1;
   uint64_t size_bytes = 0;  // extent of the file fio may touch

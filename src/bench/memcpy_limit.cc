@@ -27,7 +27,8 @@ MemcpyLimit measure_memcpy(uint64_t object_bytes, uint64_t pool_bytes, double se
       ++i;
       t = now_ns();
     }
-    best.bytes_per_second = std::max(best.bytes_per_second, copied * 1e9 / static_cast<double>(t - t0));
+    best.bytes_per_second =
+        std::max(best.bytes_per_second, copied * 1e9 / static_cast<double>(t - t0));
   }
   return best;
 }

@@ -18,9 +18,10 @@ std::string BenchReport::table() const {
   out += std::string(108, '-') + "\n";
   for (const auto& l : lines_) {
     std::string value = fmt::format("{:.3f} {}", l.value, l.unit);
-    std::string limit = l.limit > 0 ? fmt::format("{:.3f} ({})", l.limit, l.limit_what) : l.limit_what;
-    out += fmt::format("{:<44} {:>12} {:>26} {:>7.3f}x {:>5.2f}x {}\n", l.what, value, limit, l.ratio,
-                       l.bar, l.passed() ? "ok" : "BELOW BAR");
+    std::string limit =
+        l.limit > 0 ? fmt::format("{:.3f} ({})", l.limit, l.limit_what) : l.limit_what;
+    out += fmt::format("{:<44} {:>12} {:>26} {:>7.3f}x {:>5.2f}x {}\n", l.what, value, limit,
+                       l.ratio, l.bar, l.passed() ? "ok" : "BELOW BAR");
   }
   return out;
 }

@@ -11,14 +11,14 @@
 namespace kvtier::bench {
 
 struct BenchLine {
-  std::string key;          // JSON key stem, e.g. "ram_get"
-  std::string what;         // human description
-  double value = 0;         // measured figure
-  std::string unit;         // "GB/s", "ms", "B/block"
-  double limit = 0;         // what it is compared with (0 = none)
-  std::string limit_what;   // e.g. "memcpy 1 thread"
-  double ratio = 0;         // value / limit, or limit / value for "lower is better"
-  double bar = 0;           // the ratio the issue requires
+  std::string key;         // JSON key stem, e.g. "ram_get"
+  std::string what;        // human description
+  double value = 0;        // measured figure
+  std::string unit;        // "GB/s", "ms", "B/block"
+  double limit = 0;        // what it is compared with (0 = none)
+  std::string limit_what;  // e.g. "memcpy 1 thread"
+  double ratio = 0;        // value / limit, or limit / value for "lower is better"
+  double bar = 0;          // the ratio the issue requires
   bool higher_is_better = true;
   bool passed() const { return ratio >= bar; }
 };

@@ -84,7 +84,8 @@ Result<double> ram_get_rate(const StoreBenchOptions& o) {
   for (uint64_t i = 0; i < objects; ++i) {
     kv::fill_payload(kv::test_key(i), buf.view());
     auto r = store.put(*ns, kv::test_key(i), buf.view());
-    if (!r.ok() || r->tier != kv::Tier::kRam) return Status::internal("RAM put did not land in RAM");
+    if (!r.ok() || r->tier != kv::Tier::kRam)
+      return Status::internal("RAM put did not land in RAM");
   }
   double best = 0;
   for (int round = 0; round < 3; ++round) {
@@ -92,7 +93,8 @@ Result<double> ram_get_rate(const StoreBenchOptions& o) {
     uint64_t bytes = 0, i = 0, t = t0;
     while (t < until) {
       auto g = store.get(*ns, kv::test_key(i % objects), buf.view());
-      if (!g.ok() || !g->hit || g->tier != kv::Tier::kRam) return Status::internal("RAM get missed");
+      if (!g.ok() || !g->hit || g->tier != kv::Tier::kRam)
+        return Status::internal("RAM get missed");
       bytes += g->length;
       ++i;
       t = now_ns();
@@ -135,7 +137,8 @@ Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
     return Status::invalid_argument("object size must be a non-zero multiple of 4096");
   }
   if (o.volume_bytes < 1ull << 30) return Status::invalid_argument("volume must be at least 1 GiB");
-  if (o.queue_depth == 0 || o.queue_depth > 256) return Status::invalid_argument("queue depth in [1, 256]");
+  if (o.queue_depth == 0 || o.queue_depth > 256)
+    return Status::invalid_argument("queue depth in [1, 256]");
   BenchReport report("kvtier bench store");
   Step step{o};
   const double mib = static_cast<double>(o.object_bytes) / (1 << 20);
@@ -169,13 +172,16 @@ Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
     written_objects = data_bytes * 3 / 4 / entry;
     // Fill the RAM tier first: from then on every put demotes one block.
     uint64_t next = 0;
-    for (; next < store.stats().ram_slots; ++next) (void)store.put(*ns, kv::test_key(next), payloads.of(next));
+    for (; next < store.stats().ram_slots; ++next)
+      (void)store.put(*ns, kv::test_key(next), payloads.of(next));
     // Rounds of (kvtier writes, then fio writes as long), paired so that a
     // drifting device affects both sides of each ratio alike.
     const uint64_t per_round = std::max<uint64_t>(64, written_objects / 3);
-    FioJob wjob{o.volume_path, "write", dto.flush_chunk_bytes,
-                static_cast<unsigned>(dto.region_bytes / dto.flush_chunk_bytes), o.volume_bytes, 1,
-                /*end_fsync=*/true};
+    FioJob wjob{
+        o.volume_path,         "write",
+        dto.flush_chunk_bytes, static_cast<unsigned>(dto.region_bytes / dto.flush_chunk_bytes),
+        o.volume_bytes,        1,
+        /*end_fsync=*/true};
     nlohmann::json rounds = nlohmann::json::array();
     std::vector<double> ratios;
     for (int round = 0; round < 5; ++round) {
@@ -183,7 +189,8 @@ Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
       const uint64_t t0 = now_ns();
       for (uint64_t i = 0; i < per_round; ++i, ++next) {
         auto r = store.put(*ns, kv::test_key(next), payloads.of(next));
-        if (!r.ok() || !r->stored()) return Status::internal("put refused during the write benchmark");
+        if (!r.ok() || !r->stored())
+          return Status::internal("put refused during the write benchmark");
       }
       const uint64_t t_flush = now_ns();
       Status fl = store.flush();
@@ -225,7 +232,8 @@ Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
     if (!s.ok()) return s.status();
     auto& store = **s;
     auto ns = store.register_namespace(bench_namespace());
-    for (uint64_t i = 0; i < written_objects; ++i) (void)store.put(*ns, kv::test_key(i), payloads.of(i));
+    for (uint64_t i = 0; i < written_objects; ++i)
+      (void)store.put(*ns, kv::test_key(i), payloads.of(i));
     Status cl = store.close();
     if (!cl.ok()) return cl;
   }
@@ -253,7 +261,10 @@ Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
     std::vector<kv::BatchGetItem> items(batch);
     uint64_t pos = 0, misses = 0, last_first = 0;
     const double round_seconds = std::max(1.0, o.seconds / 2);
-    FioJob rjob{o.volume_path, "randread", entry, o.queue_depth,
+    FioJob rjob{o.volume_path,
+                "randread",
+                entry,
+                o.queue_depth,
                 std::min<uint64_t>(o.volume_bytes, written_objects * entry + (64ull << 20)),
                 static_cast<unsigned>(round_seconds + 0.5)};
     nlohmann::json rounds = nlohmann::json::array();

@@ -33,13 +33,12 @@ Status BlockDevice::check_io(uint64_t offset, uint64_t length, const void* buf) 
   const uint32_t bs = block_size();
   if (length == 0) return Status::invalid_argument("zero-length I/O");
   if (offset % bs != 0 || length % bs != 0) {
-    return Status::invalid_argument(
-        fmt::format("{}: offset {} / length {} not multiples of block size {}", name(), offset,
-                    length, bs));
+    return Status::invalid_argument(fmt::format(
+        "{}: offset {} / length {} not multiples of block size {}", name(), offset, length, bs));
   }
   if (offset > capacity() || length > capacity() - offset) {
-    return Status::invalid_argument(fmt::format("{}: I/O [{}, +{}) past capacity {}", name(),
-                                                offset, length, capacity()));
+    return Status::invalid_argument(
+        fmt::format("{}: I/O [{}, +{}) past capacity {}", name(), offset, length, capacity()));
   }
   if (buf != nullptr && !is_aligned_ptr(buf, buffer_alignment())) {
     return Status::invalid_argument(

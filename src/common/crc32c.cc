@@ -35,10 +35,9 @@ uint32_t raw_portable(uint32_t reg, const uint8_t* p, size_t n) {
     uint64_t w;
     std::memcpy(&w, p, 8);
     w ^= reg;
-    reg = kTables.t[7][w & 0xff] ^ kTables.t[6][(w >> 8) & 0xff] ^
-          kTables.t[5][(w >> 16) & 0xff] ^ kTables.t[4][(w >> 24) & 0xff] ^
-          kTables.t[3][(w >> 32) & 0xff] ^ kTables.t[2][(w >> 40) & 0xff] ^
-          kTables.t[1][(w >> 48) & 0xff] ^ kTables.t[0][w >> 56];
+    reg = kTables.t[7][w & 0xff] ^ kTables.t[6][(w >> 8) & 0xff] ^ kTables.t[5][(w >> 16) & 0xff] ^
+          kTables.t[4][(w >> 24) & 0xff] ^ kTables.t[3][(w >> 32) & 0xff] ^
+          kTables.t[2][(w >> 40) & 0xff] ^ kTables.t[1][(w >> 48) & 0xff] ^ kTables.t[0][w >> 56];
     p += 8;
     n -= 8;
   }
@@ -74,8 +73,7 @@ uint32_t shift_factor(size_t n_bytes) {
 #if defined(__x86_64__)
 constexpr size_t kStripe = 8192;  // bytes per stream in one interleaved round
 
-__attribute__((target("sse4.2"))) uint32_t raw_hw_serial(uint32_t reg, const uint8_t* p,
-                                                          size_t n) {
+__attribute__((target("sse4.2"))) uint32_t raw_hw_serial(uint32_t reg, const uint8_t* p, size_t n) {
   uint64_t r = reg;
   while (n >= 8) {
     uint64_t w;

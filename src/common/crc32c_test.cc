@@ -32,8 +32,8 @@ TEST(Crc32c, HardwareMatchesPortableAtAllShapes) {
   std::mt19937_64 rng(7);
   std::vector<uint8_t> data(3 * 8192 * 3 + 77);
   for (auto& b : data) b = static_cast<uint8_t>(rng());
-  for (size_t len : {0ul, 1ul, 7ul, 8ul, 9ul, 24575ul, 24576ul, 24577ul, 49152ul, 50000ul,
-                     data.size()}) {
+  for (size_t len :
+       {0ul, 1ul, 7ul, 8ul, 9ul, 24575ul, 24576ul, 24577ul, 49152ul, 50000ul, data.size()}) {
     EXPECT_EQ(crc32c(data.data(), len), crc32c_extend_portable(0, data.data(), len)) << len;
     size_t cut = len / 3;
     uint32_t a = crc32c(data.data(), cut);

@@ -104,8 +104,10 @@ std::string MetricsRegistry::render_prometheus() const {
   std::ostringstream out;
   for (const auto& [name, f] : families_) {
     out << "# HELP " << name << ' ' << f.help << '\n' << "# TYPE " << name << ' ' << f.type << '\n';
-    for (const auto& [labels, c] : f.counters) out << with_labels(name, labels) << ' ' << c->value() << '\n';
-    for (const auto& [labels, g] : f.gauges) out << with_labels(name, labels) << ' ' << g->value() << '\n';
+    for (const auto& [labels, c] : f.counters)
+      out << with_labels(name, labels) << ' ' << c->value() << '\n';
+    for (const auto& [labels, g] : f.gauges)
+      out << with_labels(name, labels) << ' ' << g->value() << '\n';
     for (const auto& [labels, h] : f.histograms) {
       // Exported in seconds, as Prometheus expects.
       uint64_t cumulative = 0;
@@ -121,7 +123,8 @@ std::string MetricsRegistry::render_prometheus() const {
         out << with_labels(name + "_bucket", labels, "le=\"" + le_s.str() + "\"") << ' '
             << cumulative << '\n';
       }
-      out << with_labels(name + "_sum", labels) << ' ' << static_cast<double>(h->sum()) / 1e9 << '\n';
+      out << with_labels(name + "_sum", labels) << ' ' << static_cast<double>(h->sum()) / 1e9
+          << '\n';
       out << with_labels(name + "_count", labels) << ' ' << h->count() << '\n';
     }
   }

@@ -4,18 +4,30 @@ namespace kvtier {
 
 std::string_view status_code_name(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kInvalidArgument: return "InvalidArgument";
-    case StatusCode::kNotFound: return "NotFound";
-    case StatusCode::kAlreadyExists: return "AlreadyExists";
-    case StatusCode::kOutOfSpace: return "OutOfSpace";
-    case StatusCode::kRejected: return "Rejected";
-    case StatusCode::kCorruption: return "Corruption";
-    case StatusCode::kIoError: return "IoError";
-    case StatusCode::kTimeout: return "Timeout";
-    case StatusCode::kUnavailable: return "Unavailable";
-    case StatusCode::kFailedPrecondition: return "FailedPrecondition";
-    case StatusCode::kInternal: return "Internal";
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kInvalidArgument:
+      return "InvalidArgument";
+    case StatusCode::kNotFound:
+      return "NotFound";
+    case StatusCode::kAlreadyExists:
+      return "AlreadyExists";
+    case StatusCode::kOutOfSpace:
+      return "OutOfSpace";
+    case StatusCode::kRejected:
+      return "Rejected";
+    case StatusCode::kCorruption:
+      return "Corruption";
+    case StatusCode::kIoError:
+      return "IoError";
+    case StatusCode::kTimeout:
+      return "Timeout";
+    case StatusCode::kUnavailable:
+      return "Unavailable";
+    case StatusCode::kFailedPrecondition:
+      return "FailedPrecondition";
+    case StatusCode::kInternal:
+      return "Internal";
   }
   return "Unknown";
 }

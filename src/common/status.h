@@ -14,15 +14,15 @@ namespace kvtier {
 
 enum class StatusCode : int {
   kOk = 0,
-  kInvalidArgument,   // the caller passed something the API does not accept
-  kNotFound,          // the thing asked for does not exist
-  kAlreadyExists,     // create of something that exists
-  kOutOfSpace,        // no tier could take the write
-  kRejected,          // admission policy said no
-  kCorruption,        // checksum, magic or header mismatch
-  kIoError,           // the device reported an error
-  kTimeout,           // an operation did not complete in its time budget
-  kUnavailable,       // a component is shut down or not reachable
+  kInvalidArgument,  // the caller passed something the API does not accept
+  kNotFound,         // the thing asked for does not exist
+  kAlreadyExists,    // create of something that exists
+  kOutOfSpace,       // no tier could take the write
+  kRejected,         // admission policy said no
+  kCorruption,       // checksum, magic or header mismatch
+  kIoError,          // the device reported an error
+  kTimeout,          // an operation did not complete in its time budget
+  kUnavailable,      // a component is shut down or not reachable
   kFailedPrecondition,
   kInternal,
 };
@@ -35,7 +35,9 @@ class [[nodiscard]] Status {
   Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
 
   static Status ok_status() { return Status(); }
-  static Status invalid_argument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+  static Status invalid_argument(std::string m) {
+    return {StatusCode::kInvalidArgument, std::move(m)};
+  }
   static Status not_found(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
   static Status already_exists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
   static Status out_of_space(std::string m) { return {StatusCode::kOutOfSpace, std::move(m)}; }
@@ -69,9 +71,18 @@ class [[nodiscard]] Result {
 
   bool ok() const { return value_.has_value(); }
   const Status& status() const { return status_; }
-  T& value() & { assert(ok()); return *value_; }
-  const T& value() const& { assert(ok()); return *value_; }
-  T&& value() && { assert(ok()); return std::move(*value_); }
+  T& value() & {
+    assert(ok());
+    return *value_;
+  }
+  const T& value() const& {
+    assert(ok());
+    return *value_;
+  }
+  T&& value() && {
+    assert(ok());
+    return std::move(*value_);
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
@@ -82,10 +93,10 @@ class [[nodiscard]] Result {
   Status status_;
 };
 
-#define KVTIER_RETURN_IF_ERROR(expr)        \
-  do {                                      \
-    ::kvtier::Status _st = (expr);          \
-    if (!_st.ok()) return _st;              \
+#define KVTIER_RETURN_IF_ERROR(expr) \
+  do {                               \
+    ::kvtier::Status _st = (expr);   \
+    if (!_st.ok()) return _st;       \
   } while (0)
 
 }  // namespace kvtier

@@ -35,7 +35,7 @@ struct Superblock {
   uint16_t reserved0;
   uint32_t header_crc;  // CRC32C of this struct with header_crc = 0
   uint32_t page_bytes;
-  uint64_t volume_id;   // random at format; every entry carries it
+  uint64_t volume_id;  // random at format; every entry carries it
   uint64_t region_bytes;
   uint64_t data_offset;
   uint64_t checkpoint_offset;

@@ -3,12 +3,12 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <cstring>
 #include <algorithm>
+#include <cstring>
 #include <random>
 
-#include "common/clock.h"
 #include "blk/uring_device.h"
+#include "common/clock.h"
 #include "common/crc32c.h"
 
 namespace kvtier::kv {
@@ -51,17 +51,16 @@ class StagePool {
   std::vector<int> free_;
 };
 
-
 struct DiskTier::Region {
   enum State { kFree, kOpen, kFlushing, kSealed, kReclaiming };
   State state = kFree;
   uint64_t seq = 0;
-  uint32_t fill = 0;      // bytes appended
-  uint32_t flushed = 0;   // bytes already submitted for writing
-  int buf = -1;           // attached write buffer while open or flushing
-  uint32_t pending = 0;   // writes in flight
+  uint32_t fill = 0;          // bytes appended
+  uint32_t flushed = 0;       // bytes already submitted for writing
+  int buf = -1;               // attached write buffer while open or flushing
+  uint32_t pending = 0;       // writes in flight
   bool write_failed = false;  // some write of this generation failed
-  std::vector<Key128> keys;  // entries appended (the index decides if still live)
+  std::vector<Key128> keys;   // entries appended (the index decides if still live)
 };
 
 struct DiskTier::Counters {
@@ -178,13 +177,14 @@ bool DiskTier::valid_page(uint32_t page) const {
 Status DiskTier::init() {
   const uint32_t bs = dev_->block_size();
   if (bs == 0 || kPageBytes % bs != 0) {
-    return Status::invalid_argument(fmt::format(
-        "device {} has block size {}, which does not divide the tier's 4096-byte page",
-        dev_->name(), bs));
+    return Status::invalid_argument(
+        fmt::format("device {} has block size {}, which does not divide the tier's 4096-byte page",
+                    dev_->name(), bs));
   }
   if (dev_->buffer_alignment() > kPageBytes) {
-    return Status::invalid_argument(fmt::format("device {} needs {}-byte buffer alignment (max 4096)",
-                                                dev_->name(), dev_->buffer_alignment()));
+    return Status::invalid_argument(
+        fmt::format("device {} needs {}-byte buffer alignment (max 4096)", dev_->name(),
+                    dev_->buffer_alignment()));
   }
   if (opts_.max_payload_bytes == 0) return Status::invalid_argument("max_payload_bytes is 0");
   max_entry_bytes_ = entry_bytes(opts_.max_payload_bytes);
@@ -263,7 +263,8 @@ Status DiskTier::init() {
     Status loaded = Status::not_found("no checkpoint");
     if (sb_.checkpoint_state == kCheckpointValid) {
       loaded = load_checkpoint();
-      if (!loaded.ok()) spdlog::warn("disk tier: checkpoint unusable ({}), scanning", loaded.to_string());
+      if (!loaded.ok())
+        spdlog::warn("disk tier: checkpoint unusable ({}), scanning", loaded.to_string());
     }
     if (loaded.ok()) {
       c_->recovered_from_checkpoint = true;
@@ -457,8 +458,8 @@ std::vector<DiskTier::WriteChunk> DiskTier::chunks_locked(uint32_t region, uint3
   Region& r = regions_[region];
   for (uint32_t off = from; off < to; off += opts_.flush_chunk_bytes) {
     uint32_t len = std::min<uint32_t>(opts_.flush_chunk_bytes, to - off);
-    out.push_back({region_offset(region) + off, ByteView(write_bufs_[r.buf].data() + off, len),
-                   region});
+    out.push_back(
+        {region_offset(region) + off, ByteView(write_bufs_[r.buf].data() + off, len), region});
   }
   r.pending += static_cast<uint32_t>(out.size());
   writes_in_flight_ += out.size();
@@ -499,7 +500,8 @@ void DiskTier::on_write_done(uint32_t region, Status st) {
   Region& r = regions_[region];
   if (!st.ok()) {
     c_->write_errors.fetch_add(1, kRelaxed);
-    if (!r.write_failed) spdlog::warn("disk tier: region {} write failed: {}", region, st.to_string());
+    if (!r.write_failed)
+      spdlog::warn("disk tier: region {} write failed: {}", region, st.to_string());
     r.write_failed = true;
   }
   --r.pending;
@@ -576,8 +578,8 @@ Status DiskTier::open_region_locked(std::unique_lock<std::mutex>& lock) {
         h.data = AlignedBuffer(entry_bytes(h.rec.length), kDirectIoAlignment);
         uint64_t off = static_cast<uint64_t>(h.rec.disk_page) * kPageBytes;
         h.ok = dev_->read_sync(off, h.data.view()).ok() &&
-               check_entry(h.data.data(), sb_.volume_id, h.rec.key,
-                           namespaces_->digest(h.rec.ns), h.rec.length)
+               check_entry(h.data.data(), sb_.volume_id, h.rec.key, namespaces_->digest(h.rec.ns),
+                           h.rec.length)
                    .ok();
       }
       lock.lock();
@@ -721,7 +723,8 @@ Status DiskTier::close() {
     entries.push_back(CheckpointEntry{rec.key.hi, rec.key.lo, nsd.hi, nsd.lo, rec.disk_page,
                                       rec.length, rec.disk_hits, 0, 0});
   });
-  const uint64_t bytes = sizeof(CheckpointHeader) + uint64_t{region_count_} * sizeof(CheckpointRegion) +
+  const uint64_t bytes = sizeof(CheckpointHeader) +
+                         uint64_t{region_count_} * sizeof(CheckpointRegion) +
                          entries.size() * sizeof(CheckpointEntry);
   if (bytes > sb_.checkpoint_capacity) {
     spdlog::warn("disk tier: {} entries do not fit the checkpoint area; next start will scan",
@@ -742,7 +745,8 @@ Status DiskTier::close() {
   for (uint32_t r = 0; r < region_count_; ++r, p += sizeof(CheckpointRegion)) {
     const Region& reg = regions_[r];
     bool has_data = reg.state != Region::kFree && reg.fill > 0;
-    CheckpointRegion cr{reg.seq, reg.fill, has_data ? uint32_t{kRegionSealed} : uint32_t{kRegionFree}};
+    CheckpointRegion cr{reg.seq, reg.fill,
+                        has_data ? uint32_t{kRegionSealed} : uint32_t{kRegionFree}};
     std::memcpy(p, &cr, sizeof(cr));
   }
   if (!entries.empty()) std::memcpy(p, entries.data(), entries.size() * sizeof(CheckpointEntry));

@@ -148,15 +148,15 @@ class DiskTier {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<Region> regions_;              // guarded by mu_
-  std::deque<uint32_t> fifo_;                // sealed/flushing regions, oldest first
-  std::vector<uint32_t> free_regions_;       // guarded by mu_
-  std::vector<AlignedBuffer> write_bufs_;    // fixed after init
-  std::vector<int> free_write_bufs_;         // guarded by mu_
-  int64_t open_ = -1;                        // open region, guarded by mu_
-  bool opening_ = false;                     // a thread is opening a region
-  uint64_t next_seq_ = 1;                    // guarded by mu_
-  uint64_t writes_in_flight_ = 0;            // guarded by mu_
+  std::vector<Region> regions_;            // guarded by mu_
+  std::deque<uint32_t> fifo_;              // sealed/flushing regions, oldest first
+  std::vector<uint32_t> free_regions_;     // guarded by mu_
+  std::vector<AlignedBuffer> write_bufs_;  // fixed after init
+  std::vector<int> free_write_bufs_;       // guarded by mu_
+  int64_t open_ = -1;                      // open region, guarded by mu_
+  bool opening_ = false;                   // a thread is opening a region
+  uint64_t next_seq_ = 1;                  // guarded by mu_
+  uint64_t writes_in_flight_ = 0;          // guarded by mu_
 
   // Staging buffers for device reads and the counters; shared with in-flight
   // read completions, which may outlive a tier shut down under a hung device.

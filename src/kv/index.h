@@ -29,11 +29,11 @@ constexpr uint32_t kNoDiskPage = 0xFFFFFFFFu;
 // What the index knows of one block. 32 bytes in the table.
 struct IndexRecord {
   Key128 key;
-  uint32_t ram_slot = kNoRamSlot;   // RamTier slot, or kNoRamSlot
-  uint32_t disk_page = kNoDiskPage; // first 4 KiB page of the entry on the volume
-  uint32_t length = 0;              // payload bytes
-  uint16_t ns = 0;                  // namespace handle (Store's table)
-  uint16_t disk_hits = 0;           // reads served from disk, saturating
+  uint32_t ram_slot = kNoRamSlot;    // RamTier slot, or kNoRamSlot
+  uint32_t disk_page = kNoDiskPage;  // first 4 KiB page of the entry on the volume
+  uint32_t length = 0;               // payload bytes
+  uint16_t ns = 0;                   // namespace handle (Store's table)
+  uint16_t disk_hits = 0;            // reads served from disk, saturating
   bool in_ram() const { return ram_slot != kNoRamSlot; }
   bool on_disk() const { return disk_page != kNoDiskPage; }
 };

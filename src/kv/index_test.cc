@@ -82,7 +82,8 @@ TEST(Index, MatchesReferenceModelUnderRandomOps) {
 TEST(Index, RefusesWhenFull) {
   Index idx(100, 1);
   int inserted = 0;
-  for (uint64_t i = 0; i < 1000; ++i) inserted += idx.insert(rec_for(i)) == Index::InsertResult::kInserted;
+  for (uint64_t i = 0; i < 1000; ++i)
+    inserted += idx.insert(rec_for(i)) == Index::InsertResult::kInserted;
   EXPECT_GE(inserted, 100);
   EXPECT_LT(inserted, 1000);
   EXPECT_EQ(idx.insert(rec_for(5000)), Index::InsertResult::kFull);

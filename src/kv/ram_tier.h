@@ -4,7 +4,8 @@
 // a CLOCK hand that finds eviction victims in amortised O(1).
 //
 // Slot life cycle (state word = state << 24 | lease count):
-//   kFree --allocate--> kFilling --publish--> kReady --claim_victim--> kEvicting --release_slot--> kFree
+//   kFree --allocate--> kFilling --publish--> kReady --claim_victim--> kEvicting --release_slot-->
+//   kFree
 // A read lease (lease count > 0) is only granted in kReady and blocks
 // claim_victim, so a transfer in progress can never lose its bytes. A session
 // pin (pin_until_ns in the future) makes CLOCK skip the slot; it expires by
@@ -60,7 +61,9 @@ class RamTier {
   void unpin(uint32_t slot);
   void touch(uint32_t slot) { meta_[slot].referenced.store(1, std::memory_order_relaxed); }
 
-  std::byte* data(uint32_t slot) { return arena_.data() + static_cast<uint64_t>(slot) * slot_bytes_; }
+  std::byte* data(uint32_t slot) {
+    return arena_.data() + static_cast<uint64_t>(slot) * slot_bytes_;
+  }
   const Key128& key(uint32_t slot) const { return meta_[slot].key; }
   uint16_t ns(uint32_t slot) const { return meta_[slot].ns; }
   uint32_t length(uint32_t slot) const { return meta_[slot].length; }

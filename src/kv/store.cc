@@ -13,34 +13,52 @@ namespace kvtier::kv {
 
 const char* tier_name(Tier t) {
   switch (t) {
-    case Tier::kNone: return "none";
-    case Tier::kRam: return "ram";
-    case Tier::kDisk: return "disk";
+    case Tier::kNone:
+      return "none";
+    case Tier::kRam:
+      return "ram";
+    case Tier::kDisk:
+      return "disk";
   }
   return "?";
 }
 
 const char* miss_reason_name(MissReason r) {
   switch (r) {
-    case MissReason::kNone: return "none";
-    case MissReason::kNotFound: return "not_found";
-    case MissReason::kEvicted: return "evicted";
-    case MissReason::kForeignNamespace: return "foreign_namespace";
-    case MissReason::kCorrupt: return "corrupt";
-    case MissReason::kIoError: return "io_error";
-    case MissReason::kTimeout: return "timeout";
-    case MissReason::kCount: break;
+    case MissReason::kNone:
+      return "none";
+    case MissReason::kNotFound:
+      return "not_found";
+    case MissReason::kEvicted:
+      return "evicted";
+    case MissReason::kForeignNamespace:
+      return "foreign_namespace";
+    case MissReason::kCorrupt:
+      return "corrupt";
+    case MissReason::kIoError:
+      return "io_error";
+    case MissReason::kTimeout:
+      return "timeout";
+    case MissReason::kCount:
+      break;
   }
   return "?";
 }
 
 const char* refuse_reason_name(RefuseReason r) {
   switch (r) {
-    case RefuseReason::kNone: return "none";
-    case RefuseReason::kNoSpace: return "no_space";
-    case RefuseReason::kIndexFull: return "index_full";
-    case RefuseReason::kDiskError: return "disk_error";
-    case RefuseReason::kCount: break;
+    case RefuseReason::kNone:
+      return "none";
+    case RefuseReason::kNoSpace:
+      return "no_space";
+    case RefuseReason::kIndexFull:
+      return "index_full";
+    case RefuseReason::kDiskError:
+      return "disk_error";
+    case RefuseReason::kAdmission:
+      return "admission";
+    case RefuseReason::kCount:
+      break;
   }
   return "?";
 }
@@ -55,19 +73,24 @@ struct Store::Metrics {
         hits_disk(r.counter("kvtier_store_hits_total", "Gets served", "tier=\"disk\"")),
         get_bytes(r.counter("kvtier_store_get_bytes_total", "Payload bytes served")),
         evictions(r.counter("kvtier_store_ram_evictions_total", "RAM slots evicted")),
-        demotions(r.counter("kvtier_store_demotions_total", "Blocks written to disk on RAM eviction")),
+        demotions(
+            r.counter("kvtier_store_demotions_total", "Blocks written to disk on RAM eviction")),
         demotion_bytes(r.counter("kvtier_store_demotion_bytes_total", "Bytes demoted to disk")),
         eviction_drops(r.counter("kvtier_store_eviction_drops_total",
                                  "Blocks dropped on RAM eviction (no disk tier could take them)")),
         promotions(r.counter("kvtier_store_promotions_total", "Disk hits copied into RAM")),
-        disk_direct_puts(r.counter("kvtier_store_disk_direct_puts_total",
-                                   "Puts written straight to disk (RAM tier absent or all leased)")),
+        demotions_rejected(r.counter("kvtier_store_demotions_rejected_total",
+                                     "RAM evictions dropped because disk admission said no")),
+        disk_direct_puts(
+            r.counter("kvtier_store_disk_direct_puts_total",
+                      "Puts written straight to disk (RAM tier absent or all leased)")),
         get_latency(r.histogram("kvtier_store_get_seconds", "Latency of get")),
         put_latency(r.histogram("kvtier_store_put_seconds", "Latency of put")),
         match_latency(r.histogram("kvtier_store_match_prefix_seconds", "Latency of match_prefix")) {
     for (size_t i = 1; i < misses.size(); ++i) {
-      misses[i] = &r.counter("kvtier_store_misses_total", "Gets that missed, by reason",
-                             fmt::format("reason=\"{}\"", miss_reason_name(static_cast<MissReason>(i))));
+      misses[i] =
+          &r.counter("kvtier_store_misses_total", "Gets that missed, by reason",
+                     fmt::format("reason=\"{}\"", miss_reason_name(static_cast<MissReason>(i))));
     }
     for (size_t i = 1; i < refusals.size(); ++i) {
       refusals[i] = &r.counter(
@@ -76,7 +99,8 @@ struct Store::Metrics {
     }
   }
   Counter &puts, &dedups, &put_bytes, &hits_ram, &hits_disk, &get_bytes;
-  Counter &evictions, &demotions, &demotion_bytes, &eviction_drops, &promotions, &disk_direct_puts;
+  Counter &evictions, &demotions, &demotion_bytes, &eviction_drops, &promotions;
+  Counter &demotions_rejected, &disk_direct_puts;
   Histogram &get_latency, &put_latency, &match_latency;
   std::array<Counter*, static_cast<size_t>(MissReason::kCount)> misses{};
   std::array<Counter*, static_cast<size_t>(RefuseReason::kCount)> refusals{};
@@ -100,8 +124,9 @@ Result<std::unique_ptr<Store>> Store::open(const StoreOptions& options) {
 Status Store::init() {
   if (opts_.max_object_bytes == 0) return Status::invalid_argument("max_object_bytes is 0");
   if (opts_.ram_bytes > 0 && opts_.ram_bytes < opts_.max_object_bytes) {
-    return Status::invalid_argument(fmt::format(
-        "ram_bytes {} is smaller than one object of {} bytes", opts_.ram_bytes, opts_.max_object_bytes));
+    return Status::invalid_argument(
+        fmt::format("ram_bytes {} is smaller than one object of {} bytes", opts_.ram_bytes,
+                    opts_.max_object_bytes));
   }
   if (opts_.ram_bytes == 0 && !opts_.volume) {
     return Status::invalid_argument("a store needs a RAM tier, a volume, or both");
@@ -111,9 +136,12 @@ Status Store::init() {
   uint64_t capacity = opts_.index_capacity;
   if (capacity == 0) {
     capacity = ram_->slot_count() + 1024;
-    if (opts_.volume) capacity += opts_.volume->capacity() / disk::entry_bytes(opts_.max_object_bytes);
+    if (opts_.volume)
+      capacity += opts_.volume->capacity() / disk::entry_bytes(opts_.max_object_bytes);
   }
   index_ = std::make_unique<Index>(capacity, opts_.index_shards);
+  admission_ = std::make_unique<DiskAdmission>(opts_.disk_write_budget_bytes_per_sec,
+                                               opts_.disk_write_burst_bytes);
   if (opts_.volume) {
     DiskTierOptions d = opts_.disk;
     d.max_payload_bytes = opts_.max_object_bytes;
@@ -149,9 +177,12 @@ void Store::evict_slot(uint32_t slot) {
   m_->evictions.add();
   auto rec = index_->find(key);
   if (!rec || rec->ram_slot != slot) return;  // orphan of a remove(): nothing to keep
-  if (!rec->on_disk() && disk_) {
-    const uint32_t len = ram_->length(slot);
-    auto page = disk_->append(key, ram_->ns(slot), ByteView(ram_->data(slot), len), ram_->crc(slot));
+  const uint32_t len = ram_->length(slot);
+  bool admitted = !rec->on_disk() && disk_ && admission_->admit(len, now_ns());
+  if (!rec->on_disk() && disk_ && !admitted) m_->demotions_rejected.add();
+  if (admitted) {
+    auto page =
+        disk_->append(key, ram_->ns(slot), ByteView(ram_->data(slot), len), ram_->crc(slot));
     if (page.ok()) {
       index_->update(key, [&](IndexRecord& r) {
         if (r.ram_slot == slot) {
@@ -192,6 +223,11 @@ PutResult Store::put_to_disk(uint16_t ns, const Key128& key, ByteView data, uint
     res.refuse = RefuseReason::kNoSpace;
     return res;
   }
+  if (!admission_->admit(data.size(), now_ns())) {
+    res.outcome = PutResult::Outcome::kRefused;
+    res.refuse = RefuseReason::kAdmission;
+    return res;
+  }
   auto page = disk_->append(key, ns, data, crc);
   if (!page.ok()) {
     res.outcome = PutResult::Outcome::kRefused;
@@ -223,8 +259,8 @@ Result<PutResult> Store::put(uint16_t ns, const Key128& key, ByteView data) {
   KVTIER_RETURN_IF_ERROR(check_ns(ns));
   KVTIER_RETURN_IF_ERROR(check_key(key));
   if (data.empty() || data.size() > opts_.max_object_bytes) {
-    return Status::invalid_argument(fmt::format("object of {} bytes outside (0, {}]", data.size(),
-                                                opts_.max_object_bytes));
+    return Status::invalid_argument(
+        fmt::format("object of {} bytes outside (0, {}]", data.size(), opts_.max_object_bytes));
   }
   const uint64_t t0 = now_ns();
   PutResult res;
@@ -286,8 +322,9 @@ Result<std::vector<PutResult>> Store::batch_put(uint16_t ns, std::span<const Key
   for (size_t i = 0; i < keys.size(); ++i) {
     KVTIER_RETURN_IF_ERROR(check_key(keys[i]));
     if (data[i].empty() || data[i].size() > opts_.max_object_bytes) {
-      return Status::invalid_argument(fmt::format("batch_put: object {} has {} bytes, outside (0, {}]",
-                                                  i, data[i].size(), opts_.max_object_bytes));
+      return Status::invalid_argument(
+          fmt::format("batch_put: object {} has {} bytes, outside (0, {}]", i, data[i].size(),
+                      opts_.max_object_bytes));
     }
   }
   std::vector<PutResult> out;
@@ -302,9 +339,12 @@ Result<std::vector<PutResult>> Store::batch_put(uint16_t ns, std::span<const Key
 
 MissReason Store::disk_failure(const IndexRecord& rec, const Status& st) {
   switch (st.code()) {
-    case StatusCode::kTimeout: return MissReason::kTimeout;
-    case StatusCode::kIoError: return MissReason::kIoError;
-    default: break;
+    case StatusCode::kTimeout:
+      return MissReason::kTimeout;
+    case StatusCode::kIoError:
+      return MissReason::kIoError;
+    default:
+      break;
   }
   // The bytes did not verify. If the index still points there, the stored
   // entry is bad: drop the disk copy. Otherwise the block moved or was
@@ -378,9 +418,9 @@ Result<std::vector<GetResult>> Store::batch_get(uint16_t ns, std::span<const Bat
         break;
       }
       if (items[i].out.size() < rec->length) {
-        return Status::invalid_argument(fmt::format(
-            "buffer of {} bytes is too small for block {} of {} bytes", items[i].out.size(),
-            key.to_hex(), rec->length));
+        return Status::invalid_argument(
+            fmt::format("buffer of {} bytes is too small for block {} of {} bytes",
+                        items[i].out.size(), key.to_hex(), rec->length));
       }
       if (rec->in_ram()) {
         if (ram_->try_lease(rec->ram_slot, key)) {
@@ -549,6 +589,7 @@ StoreStats Store::stats() const {
   s.eviction_drops = m_->eviction_drops.value();
   s.promotions = m_->promotions.value();
   s.disk_direct_puts = m_->disk_direct_puts.value();
+  s.demotions_rejected = m_->demotions_rejected.value();
   s.ram_slots = ram_->slot_count();
   s.ram_used = ram_->used_slots();
   s.ram_leased = ram_->leased_slots();

@@ -23,6 +23,7 @@
 #include "common/buffer.h"
 #include "common/metrics.h"
 #include "common/status.h"
+#include "kv/admission.h"
 #include "kv/block_key.h"
 #include "kv/disk_tier.h"
 #include "kv/index.h"
@@ -49,9 +50,10 @@ const char* miss_reason_name(MissReason r);
 
 enum class RefuseReason : uint8_t {
   kNone = 0,
-  kNoSpace,     // neither tier could take the block
-  kIndexFull,   // the index reached its fixed capacity
-  kDiskError,   // the disk tier failed to accept the block
+  kNoSpace,    // neither tier could take the block
+  kIndexFull,  // the index reached its fixed capacity
+  kDiskError,  // the disk tier failed to accept the block
+  kAdmission,  // the disk write budget (admission policy) said no
   kCount
 };
 const char* refuse_reason_name(RefuseReason r);
@@ -68,6 +70,11 @@ struct StoreOptions {
   // Index capacity in blocks; 0 = RAM slots + volume bytes / object size.
   uint64_t index_capacity = 0;
   unsigned index_shards = 64;
+  // Disk admission: write budget in bytes per second (0 = unlimited) and the
+  // burst it may run ahead. Over budget, a demotion drops the block and a
+  // direct-to-disk put is refused with kAdmission.
+  uint64_t disk_write_budget_bytes_per_sec = 0;
+  uint64_t disk_write_burst_bytes = 256ull << 20;
 };
 
 struct PutResult {
@@ -86,10 +93,10 @@ struct GetResult {
 };
 
 struct MatchResult {
-  size_t blocks = 0;       // leading keys present
-  size_t ram_blocks = 0;   // of those, in RAM
-  size_t disk_blocks = 0;  // of those, on disk only
-  std::vector<Tier> tiers; // per matched block
+  size_t blocks = 0;        // leading keys present
+  size_t ram_blocks = 0;    // of those, in RAM
+  size_t disk_blocks = 0;   // of those, on disk only
+  std::vector<Tier> tiers;  // per matched block
 };
 
 struct BatchGetItem {
@@ -103,7 +110,7 @@ struct StoreStats {
   std::array<uint64_t, static_cast<size_t>(MissReason::kCount)> misses{};
   std::array<uint64_t, static_cast<size_t>(RefuseReason::kCount)> refusals{};
   uint64_t evictions = 0, demotions = 0, demotion_bytes = 0, eviction_drops = 0;
-  uint64_t promotions = 0, disk_direct_puts = 0;
+  uint64_t promotions = 0, disk_direct_puts = 0, demotions_rejected = 0;
   uint64_t ram_slots = 0, ram_used = 0, ram_leased = 0;
   uint64_t index_entries = 0, index_capacity = 0, index_bytes = 0;
   DiskTierStats disk;
@@ -163,6 +170,7 @@ class Store {
   NamespaceTable namespaces_;
   std::unique_ptr<RamTier> ram_;
   std::unique_ptr<DiskTier> disk_;
+  std::unique_ptr<DiskAdmission> admission_;
   bool closed_ = false;
 
   struct Metrics;

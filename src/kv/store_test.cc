@@ -444,3 +444,35 @@ TEST(Store, RegionReclaimEvictsOldestAndReinsertsHotBlocks) {
 
 }  // namespace
 }  // namespace kvtier::kv
+
+namespace kvtier::kv {
+namespace {
+
+TEST(Store, AdmissionBudgetRefusesDirectPutsAndDropsDemotions) {
+  auto o = small_options(std::make_shared<blk::MemDevice>(64 << 20), 0);
+  o.ram_bytes = 0;
+  o.disk_write_budget_bytes_per_sec = 1;  // effectively closed after the burst
+  o.disk_write_burst_bytes = 2 * kObj;
+  Fixture f(o);
+  EXPECT_TRUE(f.put(1).stored());
+  EXPECT_TRUE(f.put(2).stored());
+  PutResult r = f.put(3);
+  EXPECT_EQ(r.outcome, PutResult::Outcome::kRefused);
+  EXPECT_EQ(r.refuse, RefuseReason::kAdmission);
+  EXPECT_EQ(f.store->stats().refusals[static_cast<size_t>(RefuseReason::kAdmission)], 1u);
+  EXPECT_TRUE(f.get(1).hit);
+  EXPECT_FALSE(f.get(3).hit);
+
+  auto o2 = small_options(std::make_shared<blk::MemDevice>(64 << 20), 2);
+  o2.disk_write_budget_bytes_per_sec = 1;
+  o2.disk_write_burst_bytes = kObj;
+  Fixture g(o2);
+  for (int i = 0; i < 6; ++i) EXPECT_TRUE(g.put(i).stored());
+  auto st = g.store->stats();
+  EXPECT_EQ(st.demotions, 1u);
+  EXPECT_EQ(st.demotions_rejected, 3u);
+  EXPECT_EQ(st.eviction_drops, 3u);
+}
+
+}  // namespace
+}  // namespace kvtier::kv

@@ -30,6 +30,9 @@ inline bool payload_matches(const Key128& key, ByteView got) {
 }
 
 // A key for tests: any non-zero 128-bit value will do.
-inline Key128 test_key(uint64_t i) { return Key128{0xA5A5000000000000ull ^ (i * 0x9E3779B97F4A7C15ull) ^ (i << 1 | 1), i * 0xC2B2AE3D27D4EB4Full + 7}; }
+inline Key128 test_key(uint64_t i) {
+  return Key128{0xA5A5000000000000ull ^ (i * 0x9E3779B97F4A7C15ull) ^ (i << 1 | 1),
+                i * 0xC2B2AE3D27D4EB4Full + 7};
+}
 
 }  // namespace kvtier::kv

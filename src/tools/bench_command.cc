@@ -50,15 +50,17 @@ void add_bench_commands(CLI::App& app) {
       "store",
       "In-process store: RAM-tier get vs memcpy, disk-tier cold get and writes vs fio on the same "
       "file (O_DIRECT), match_prefix latency over a 128K-token chain, index memory per block");
-  store->add_option("--volume", cli->opts.volume_path,
-                    "File to use as the disk-tier volume (created; must be on a filesystem that "
-                    "supports O_DIRECT, not tmpfs)")
+  store
+      ->add_option("--volume", cli->opts.volume_path,
+                   "File to use as the disk-tier volume (created; must be on a filesystem that "
+                   "supports O_DIRECT, not tmpfs)")
       ->capture_default_str();
   store->add_option("--volume-gib", cli->volume_gib, "Size of the volume file in GiB")
       ->capture_default_str()
       ->check(CLI::Range(1.0, 4096.0));
-  store->add_option("--object-kib", cli->object_kib,
-                    "Object (KV block) size in KiB; 1536 = 16 tokens x 96 KiB/token")
+  store
+      ->add_option("--object-kib", cli->object_kib,
+                   "Object (KV block) size in KiB; 1536 = 16 tokens x 96 KiB/token")
       ->capture_default_str()
       ->check(CLI::Range(4u, 65536u));
   store->add_option("--qd", cli->opts.queue_depth, "Disk reads in flight, for kvtier and fio alike")
@@ -70,9 +72,11 @@ void add_bench_commands(CLI::App& app) {
   store->add_option("--ram-mib", cli->ram_pool_mib, "RAM tier size for the RAM-get measurement")
       ->capture_default_str()
       ->check(CLI::Range(16.0, 65536.0));
-  store->add_flag("--keep-volume", cli->opts.keep_volume, "Do not delete the volume file at the end");
-  store->add_flag("--json", cli->json,
-                  "Print one JSON object (every ratio under a key ending in _ratio) instead of a table");
+  store->add_flag("--keep-volume", cli->opts.keep_volume,
+                  "Do not delete the volume file at the end");
+  store->add_flag(
+      "--json", cli->json,
+      "Print one JSON object (every ratio under a key ending in _ratio) instead of a table");
   store->callback([cli] { std::exit(run_store_bench_cli(*cli)); });
 }
 
