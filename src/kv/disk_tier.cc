@@ -238,7 +238,8 @@ Status DiskTier::init() {
     valid = sb_.magic == kSuperMagic && sb_.version == kFormatVersion &&
             superblock_crc_of(sb_) == sb_.header_crc && sb_.page_bytes == kPageBytes &&
             sb_.region_bytes == opts_.region_bytes && sb_.data_offset == data_offset &&
-            sb_.region_count == region_count_ && sb_.checkpoint_capacity == ckpt_cap;
+            sb_.region_count == region_count_ && sb_.checkpoint_capacity == ckpt_cap &&
+            sb_.checkpoint_offset == kPageBytes;
   }
   if (!valid) {
     if (!opts_.format_if_invalid) {
@@ -266,15 +267,14 @@ Status DiskTier::init() {
       if (!loaded.ok())
         spdlog::warn("disk tier: checkpoint unusable ({}), scanning", loaded.to_string());
     }
-    if (loaded.ok()) {
-      c_->recovered_from_checkpoint = true;
-      // A checkpoint is good once: invalidate it before accepting writes, so
-      // a crash from here on is followed by a scan.
+    if (loaded.ok()) c_->recovered_from_checkpoint = true;
+    // A checkpoint is good once, and a bad one is never good: invalidate it
+    // before accepting writes, so a crash from here on is followed by a scan.
+    if (sb_.checkpoint_state != kNoCheckpoint) {
       sb_.checkpoint_state = kNoCheckpoint;
       KVTIER_RETURN_IF_ERROR(write_superblock());
-    } else {
-      KVTIER_RETURN_IF_ERROR(scan_regions());
     }
+    if (!loaded.ok()) KVTIER_RETURN_IF_ERROR(scan_regions());
   }
   rebuild_fifo();
   return Status::ok_status();
@@ -321,9 +321,16 @@ Status DiskTier::load_checkpoint() {
       h.region_count != region_count_) {
     return Status::corruption("checkpoint header mismatch");
   }
-  const uint64_t need = sizeof(h) + uint64_t{h.region_count} * sizeof(CheckpointRegion) +
-                        h.entry_count * sizeof(CheckpointEntry);
-  if (need != sb_.checkpoint_bytes) return Status::corruption("checkpoint length mismatch");
+  // Check the count against the bytes actually there before multiplying: a
+  // hostile count must not wrap the length computation.
+  const uint64_t fixed = sizeof(h) + uint64_t{h.region_count} * sizeof(CheckpointRegion);
+  if (fixed > sb_.checkpoint_bytes ||
+      h.entry_count != (sb_.checkpoint_bytes - fixed) / sizeof(CheckpointEntry) ||
+      (sb_.checkpoint_bytes - fixed) % sizeof(CheckpointEntry) != 0) {
+    return Status::corruption("checkpoint length mismatch");
+  }
+  // From here on nothing fails: bad entries are dropped one by one, so a
+  // failed load never leaves half a checkpoint in the index.
   const std::byte* p = buf.data() + sizeof(h);
   for (uint32_t r = 0; r < region_count_; ++r, p += sizeof(CheckpointRegion)) {
     CheckpointRegion cr;
@@ -347,7 +354,10 @@ Status DiskTier::load_checkpoint() {
       continue;
     }
     auto ns = namespaces_->intern(Key128{e.ns_hi, e.ns_lo}, false);
-    if (!ns.ok()) return ns.status();
+    if (!ns.ok()) {  // namespace table full: this block cannot be indexed
+      c_->recovery_dropped.fetch_add(1, kRelaxed);
+      continue;
+    }
     IndexRecord rec;
     rec.key = Key128{e.key_hi, e.key_lo};
     rec.disk_page = e.page;
@@ -392,7 +402,11 @@ Status DiskTier::scan_regions() {
       }
       if (crc32c(rb.data() + off + sizeof(h), h.payload_bytes) == h.payload_crc) {
         auto ns = namespaces_->intern(Key128{h.ns_hi, h.ns_lo}, false);
-        if (!ns.ok()) return ns.status();
+        if (!ns.ok()) {  // namespace table full: this block cannot be indexed
+          c_->recovery_dropped.fetch_add(1, kRelaxed);
+          off += entry_bytes(h.payload_bytes);
+          continue;
+        }
         IndexRecord rec;
         rec.key = Key128{h.key_hi, h.key_lo};
         rec.disk_page = first_page_of(r) + static_cast<uint32_t>(off / kPageBytes);

@@ -21,8 +21,8 @@
 //     can write the volume, so its bytes are acceptable, and nothing else is.
 //   * the overlay is empty and a block that was on the volume is not found
 //     (recovery must lose nothing from an intact image).
-// Crashes, sanitizer reports and hangs are findings by themselves. Known,
-// reported issues are exempted (see "Known issues" below) until fixed.
+// Crashes, sanitizer reports and hangs are findings by themselves.
+// (Inputs that hit the fixed bugs are in the corpus and must now pass.)
 // Single-threaded: the harness keeps its images and device in statics.
 // DISK_RECOVERY_VERBOSE=1 prints one line of recovery statistics per open.
 //
@@ -294,35 +294,6 @@ inline bool acceptable(const std::vector<std::byte>& img, const Key128& ns_diges
   return false;
 }
 
-// Known issues of the disk tier, reported and not yet fixed (see also
-// docs/disk-format.md, "Known gaps"). Inputs that
-// trigger them are skipped (or their symptom tolerated) so that fuzzing can
-// find other things; DISK_RECOVERY_NO_SKIP=1 turns the exemptions off, to
-// check a fix. Remove each one with its fix.
-inline bool exemptions_on() {
-  static const bool on = std::getenv("DISK_RECOVERY_NO_SKIP") == nullptr;
-  return on;
-}
-
-// (1) load_checkpoint() checks 40 + 16 * region_count + 48 * entry_count ==
-// checkpoint_bytes in wrapping 64-bit arithmetic: an entry_count near 2^60
-// passes and the load reads past its buffer (heap-buffer-overflow).
-inline bool checkpoint_entry_count_overflows(const std::vector<std::byte>& img) {
-  const disk::Superblock sb = read_sb(img.data());
-  if (sb.checkpoint_state != disk::kCheckpointValid) return false;
-  if (sb.checkpoint_offset > img.size() - sizeof(disk::CheckpointHeader)) return false;
-  disk::CheckpointHeader h;
-  std::memcpy(&h, img.data() + sb.checkpoint_offset, sizeof(h));
-  return h.entry_count > img.size() / sizeof(disk::CheckpointEntry);
-}
-
-// (2) The superblock check ignores checkpoint_offset: with a CRC-valid
-// superblock whose checkpoint_offset is not 4096, close() writes the
-// checkpoint there and fails past the end of the volume.
-inline bool checkpoint_offset_wrong(const std::vector<std::byte>& img) {
-  return read_sb(img.data()).checkpoint_offset != disk::kPageBytes;
-}
-
 class QuietLogs {
  public:
   QuietLogs() : prev_(spdlog::get_level()) { spdlog::set_level(spdlog::level::off); }
@@ -389,7 +360,6 @@ inline int disk_recovery_fuzz_one(const uint8_t* data, size_t size) {
   if (n > 0) std::memcpy(img.data() + at, patch, n);
   if (fix_crcs && n > 0) reseal(img, at, at + n, base.data_offset);
 
-  if (exemptions_on() && checkpoint_entry_count_overflows(img)) return 0;  // known issue (1)
 
   // One device for every run (allocating and zeroing 4 MiB per run is
   // most of a run's time); the previous store is gone.
@@ -451,7 +421,7 @@ inline int disk_recovery_fuzz_one(const uint8_t* data, size_t size) {
     }
     if (reopen) {
       Status st = store->close();
-      if (!st.ok() && !(exemptions_on() && checkpoint_offset_wrong(img))) {  // known issue (2)
+      if (!st.ok()) {
         check_ok(st, "close");
       }
     }
