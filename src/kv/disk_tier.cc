@@ -111,6 +111,12 @@ Status check_entry(const std::byte* entry, uint64_t volume_id, const Key128& key
   return Status::ok_status();
 }
 
+uint32_t payload_crc_of(const std::byte* entry) {
+  EntryHeader h;
+  std::memcpy(&h, entry, sizeof(h));
+  return h.payload_crc;
+}
+
 uint64_t random_volume_id() {
   std::random_device rd;
   uint64_t v = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ now_ns();
@@ -492,6 +498,7 @@ std::vector<DiskTier::WriteChunk> DiskTier::seal_open_locked() {
     r.state = Region::kSealed;
     free_write_bufs_.push_back(r.buf);
     r.buf = -1;
+    if (r.write_failed) forget_region_locked(id);
     cv_.notify_all();
   }
   return chunks;
@@ -680,7 +687,9 @@ void DiskTier::read_async(const IndexRecord& rec, std::shared_ptr<ReadTarget> ta
       const std::byte* entry = write_bufs_[r.buf].data() + off_in_region;
       Status st = check_entry(entry, volume_id, rec.key, ns_digest, rec.length);
       c_->buffer_reads.fetch_add(1, kRelaxed);
-      target->complete(st, ByteView(entry + sizeof(EntryHeader), rec.length));
+      if (st.code() == StatusCode::kCorruption) c_->read_corrupt.fetch_add(1, kRelaxed);
+      target->complete(st, ByteView(entry + sizeof(EntryHeader), rec.length),
+                       payload_crc_of(entry));
       return;
     }
   }
@@ -705,7 +714,8 @@ void DiskTier::read_async(const IndexRecord& rec, std::shared_ptr<ReadTarget> ta
                } else {
                  counters->read_io_errors.fetch_add(1, kRelaxed);
                }
-               target->complete(st, ByteView(entry + sizeof(EntryHeader), rec.length));
+               target->complete(st, ByteView(entry + sizeof(EntryHeader), rec.length),
+                                payload_crc_of(entry));
                pool->release(slot);
              });
 }
@@ -718,12 +728,28 @@ Status DiskTier::flush() {
     chunks = chunks_locked(static_cast<uint32_t>(open_), r.flushed, r.fill);
     r.flushed = r.fill;
   }
+  // Wait only for the writes submitted so far (regions busy now, by their
+  // generation), not for a global quiet moment a steady put load never has.
+  std::vector<std::pair<uint32_t, uint64_t>> busy;
+  for (uint32_t i = 0; i < region_count_; ++i) {
+    if (regions_[i].pending > 0) busy.emplace_back(i, regions_[i].seq);
+  }
+  const uint64_t errors_before = c_->write_errors.load(kRelaxed);
   lock.unlock();
   submit_writes(std::move(chunks));
   lock.lock();
-  cv_.wait(lock, [&] { return writes_in_flight_ == 0; });
+  cv_.wait(lock, [&] {
+    for (auto [i, seq] : busy) {
+      if (regions_[i].seq == seq && regions_[i].pending > 0) return false;
+    }
+    return true;
+  });
   lock.unlock();
-  return dev_->flush_sync();
+  KVTIER_RETURN_IF_ERROR(dev_->flush_sync());
+  if (c_->write_errors.load(kRelaxed) != errors_before) {
+    return Status::io_error("disk tier: a write failed during flush; affected blocks were dropped");
+  }
+  return Status::ok_status();
 }
 
 Status DiskTier::close() {

@@ -1,5 +1,7 @@
 #include "kv/ram_tier.h"
 
+#include <thread>
+
 namespace kvtier::kv {
 
 namespace {
@@ -41,7 +43,7 @@ void RamTier::publish(uint32_t slot, const Key128& key, uint16_t ns, uint32_t le
   m.state.store(word(kReady, hold_lease ? 1 : 0), std::memory_order_release);
 }
 
-bool RamTier::try_lease(uint32_t slot, const Key128& key) {
+bool RamTier::try_lease(uint32_t slot, const Key128& key, uint16_t ns) {
   if (slot >= slot_count_) return false;
   Meta& m = meta_[slot];
   uint32_t w = m.state.load(kAcquire);
@@ -50,7 +52,7 @@ bool RamTier::try_lease(uint32_t slot, const Key128& key) {
     if (m.state.compare_exchange_weak(w, w + 1, kAcqRel, kAcquire)) break;
   }
   // Ready and leased: the key cannot change under us now.
-  if (!(m.key == key)) {
+  if (!(m.key == key) || m.ns != ns) {
     release(slot);
     return false;
   }
@@ -103,6 +105,16 @@ void RamTier::recycle(uint32_t slot) {
   Meta& m = meta_[slot];
   m.key = Key128{};
   m.state.store(word(kFilling, 0), std::memory_order_release);
+}
+
+void RamTier::abandon(uint32_t slot) {
+  Meta& m = meta_[slot];
+  uint32_t expected = word(kReady, 1);
+  while (!m.state.compare_exchange_weak(expected, word(kEvicting, 0), kAcqRel, kAcquire)) {
+    expected = word(kReady, 1);  // another reader's lease is passing: let it finish
+    std::this_thread::yield();
+  }
+  release_slot(slot);
 }
 
 void RamTier::pin(uint32_t slot, uint64_t until_ns) {

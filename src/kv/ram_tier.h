@@ -42,8 +42,8 @@ class RamTier {
   void publish(uint32_t slot, const Key128& key, uint16_t ns, uint32_t length, uint32_t crc,
                bool hold_lease);
 
-  // A read lease on `slot` if it is ready and holds `key`.
-  bool try_lease(uint32_t slot, const Key128& key);
+  // A read lease on `slot` if it is ready and holds `key` of namespace `ns`.
+  bool try_lease(uint32_t slot, const Key128& key, uint16_t ns);
   void release(uint32_t slot);
 
   // Finds a slot with no lease, no live pin and no recent reference, and
@@ -56,6 +56,10 @@ class RamTier {
   void recycle(uint32_t slot);
   // Claims a specific slot for eviction (remove()); false if leased or busy.
   bool try_claim(uint32_t slot);
+  // Gives back a slot the caller published and still holds one lease on
+  // (a put that lost a race): waits out other transient leases, then frees
+  // it. Holding the lease throughout keeps CLOCK from taking the slot first.
+  void abandon(uint32_t slot);
 
   void pin(uint32_t slot, uint64_t until_ns);
   void unpin(uint32_t slot);

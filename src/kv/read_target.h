@@ -21,10 +21,11 @@ class ReadTarget {
 
   // Completion side. `payload` is copied into the caller's buffer when `st`
   // is OK and the waiter is still there.
-  void complete(Status st, ByteView payload) {
+  void complete(Status st, ByteView payload, uint32_t payload_crc = 0) {
     std::lock_guard lock(mu_);
     if (abandoned_ || done_) return;
     if (st.ok()) std::memcpy(out_.data(), payload.data(), payload.size());
+    payload_crc_ = payload_crc;
     status_ = std::move(st);
     done_ = true;
     cv_.notify_all();
@@ -32,6 +33,9 @@ class ReadTarget {
 
   // Waiter side. Returns the completion's status, or kTimeout at the
   // deadline, after which complete() will not write the buffer.
+  // The verified payload's CRC32C, valid after wait_until() returned OK.
+  uint32_t payload_crc() const { return payload_crc_; }
+
   Status wait_until(uint64_t deadline_ns) {
     std::unique_lock lock(mu_);
     while (!done_) {
@@ -49,9 +53,10 @@ class ReadTarget {
   std::mutex mu_;
   std::condition_variable cv_;
   MutableByteView out_;
-  bool done_ = false;       // guarded by mu_
-  bool abandoned_ = false;  // guarded by mu_
-  Status status_;           // guarded by mu_
+  bool done_ = false;         // guarded by mu_
+  bool abandoned_ = false;    // guarded by mu_
+  Status status_;             // guarded by mu_
+  uint32_t payload_crc_ = 0;  // written before done_, read after
 };
 
 }  // namespace kvtier::kv

@@ -84,7 +84,7 @@ struct Store::Metrics {
         disk_direct_puts(
             r.counter("kvtier_store_disk_direct_puts_total",
                       "Puts written straight to disk (RAM tier absent or all leased)")),
-        get_latency(r.histogram("kvtier_store_get_seconds", "Latency of get")),
+        get_latency(r.histogram("kvtier_store_get_seconds", "Latency of a get or batch_get call")),
         put_latency(r.histogram("kvtier_store_put_seconds", "Latency of put")),
         match_latency(r.histogram("kvtier_store_match_prefix_seconds", "Latency of match_prefix")) {
     for (size_t i = 1; i < misses.size(); ++i) {
@@ -164,6 +164,13 @@ Status Store::check_ns(uint16_t ns) const {
   return Status::ok_status();
 }
 
+Status Store::check_open() const {
+  if (closed_.load(std::memory_order_acquire)) {
+    return Status::failed_precondition("the store is closed");
+  }
+  return Status::ok_status();
+}
+
 Status Store::check_key(const Key128& key) const {
   if (key.is_zero()) return Status::invalid_argument("the all-zero key is reserved");
   return Status::ok_status();
@@ -178,6 +185,13 @@ void Store::evict_slot(uint32_t slot) {
   auto rec = index_->find(key);
   if (!rec || rec->ram_slot != slot) return;  // orphan of a remove(): nothing to keep
   const uint32_t len = ram_->length(slot);
+  // flush() waits for demotions in flight: a block it could not lease
+  // because it was being demoted must be on the volume before flush returns.
+  demotions_in_flight_.fetch_add(1, std::memory_order_acq_rel);
+  struct Done {
+    std::atomic<uint64_t>& n;
+    ~Done() { n.fetch_sub(1, std::memory_order_acq_rel); }
+  } done{demotions_in_flight_};
   bool admitted = !rec->on_disk() && disk_ && admission_->admit(len, now_ns());
   if (!rec->on_disk() && disk_ && !admitted) m_->demotions_rejected.add();
   if (admitted) {
@@ -256,6 +270,7 @@ PutResult Store::put_to_disk(uint16_t ns, const Key128& key, ByteView data, uint
 }
 
 Result<PutResult> Store::put(uint16_t ns, const Key128& key, ByteView data) {
+  KVTIER_RETURN_IF_ERROR(check_open());
   KVTIER_RETURN_IF_ERROR(check_ns(ns));
   KVTIER_RETURN_IF_ERROR(check_key(key));
   if (data.empty() || data.size() > opts_.max_object_bytes) {
@@ -279,15 +294,14 @@ Result<PutResult> Store::put(uint16_t ns, const Key128& key, ByteView data) {
     rec.length = static_cast<uint32_t>(data.size());
     rec.ns = ns;
     auto ins = index_->insert(rec);
-    ram_->release(*slot);
     if (ins == Index::InsertResult::kInserted) {
+      ram_->release(*slot);
       res.tier = Tier::kRam;
     } else {
       // Lost a race with another put of the same key, or the index is full:
-      // give the slot back. Only a reader that raced a stale record can hold
-      // it, and only for the moment its key check takes.
-      while (!ram_->try_claim(*slot)) std::this_thread::yield();
-      ram_->release_slot(*slot);
+      // give the slot back without ever letting go of our lease, so CLOCK
+      // cannot hand it to someone else first.
+      ram_->abandon(*slot);
       res.outcome = ins == Index::InsertResult::kExists ? PutResult::Outcome::kDeduplicated
                                                         : PutResult::Outcome::kRefused;
       if (ins == Index::InsertResult::kFull) res.refuse = RefuseReason::kIndexFull;
@@ -359,11 +373,18 @@ MissReason Store::disk_failure(const IndexRecord& rec, const Status& st) {
   return dropped ? MissReason::kCorrupt : MissReason::kEvicted;
 }
 
-void Store::promote(uint16_t ns, const Key128& key, ByteView data) {
+void Store::promote(uint16_t ns, const Key128& key, ByteView data, uint32_t expected_crc) {
   auto slot = obtain_slot();
   if (!slot) return;
   std::memcpy(ram_->data(*slot), data.data(), data.size());
-  ram_->publish(*slot, key, ns, static_cast<uint32_t>(data.size()), crc32c(data), true);
+  // The bytes come from the caller's buffer, which the caller may have
+  // reused or overlapped: promote only what still matches the verified CRC.
+  const uint32_t crc = crc32c(ram_->data(*slot), data.size());
+  if (crc != expected_crc) {
+    ram_->release_slot(*slot);
+    return;
+  }
+  ram_->publish(*slot, key, ns, static_cast<uint32_t>(data.size()), crc, true);
   bool attached = false;
   index_->update(key, [&](IndexRecord& r) {
     if (r.in_ram() || r.ns != ns) return true;
@@ -371,13 +392,12 @@ void Store::promote(uint16_t ns, const Key128& key, ByteView data) {
     attached = true;
     return true;
   });
-  ram_->release(*slot);
   if (attached) {
+    ram_->release(*slot);
     m_->promotions.add();
     return;
   }
-  while (!ram_->try_claim(*slot)) std::this_thread::yield();
-  ram_->release_slot(*slot);
+  ram_->abandon(*slot);
 }
 
 Result<GetResult> Store::get(uint16_t ns, const Key128& key, MutableByteView out) {
@@ -388,10 +408,32 @@ Result<GetResult> Store::get(uint16_t ns, const Key128& key, MutableByteView out
 }
 
 Result<std::vector<GetResult>> Store::batch_get(uint16_t ns, std::span<const BatchGetItem> items) {
+  KVTIER_RETURN_IF_ERROR(check_open());
   KVTIER_RETURN_IF_ERROR(check_ns(ns));
+  // Validate everything before any I/O starts, so a rejected call touches
+  // no buffer: keys, non-empty buffers, buffers large enough for what the
+  // index holds, and buffers that do not overlap (a disk read completing into
+  // one must not be clobbered by another item's copy).
   for (const auto& it : items) {
     KVTIER_RETURN_IF_ERROR(check_key(it.key));
     if (it.out.empty()) return Status::invalid_argument("get into an empty buffer");
+    auto rec = index_->find(it.key);
+    if (rec && rec->ns == ns && it.out.size() < rec->length) {
+      return Status::invalid_argument(
+          fmt::format("buffer of {} bytes is too small for block {} of {} bytes", it.out.size(),
+                      it.key.to_hex(), rec->length));
+    }
+  }
+  if (items.size() > 1) {
+    std::vector<std::pair<const std::byte*, const std::byte*>> ranges;
+    ranges.reserve(items.size());
+    for (const auto& it : items) ranges.emplace_back(it.out.data(), it.out.data() + it.out.size());
+    std::sort(ranges.begin(), ranges.end());
+    for (size_t i = 1; i < ranges.size(); ++i) {
+      if (ranges[i].first < ranges[i - 1].second) {
+        return Status::invalid_argument("batch_get: output buffers overlap");
+      }
+    }
   }
   const uint64_t t0 = now_ns();
   const uint64_t deadline = t0 + opts_.io_timeout_ms * 1000000ull;
@@ -400,6 +442,7 @@ Result<std::vector<GetResult>> Store::batch_get(uint16_t ns, std::span<const Bat
     size_t item;
     IndexRecord rec;
     std::shared_ptr<ReadTarget> target;
+    uint32_t crc = 0;
   };
   std::vector<Pending> pending;
 
@@ -418,17 +461,19 @@ Result<std::vector<GetResult>> Store::batch_get(uint16_t ns, std::span<const Bat
         break;
       }
       if (items[i].out.size() < rec->length) {
-        return Status::invalid_argument(
-            fmt::format("buffer of {} bytes is too small for block {} of {} bytes",
-                        items[i].out.size(), key.to_hex(), rec->length));
+        // The block changed since validation (removed and stored again with
+        // another length): a miss, not an error, since the call is under way.
+        res.miss = MissReason::kEvicted;
+        break;
       }
       if (rec->in_ram()) {
-        if (ram_->try_lease(rec->ram_slot, key)) {
-          std::memcpy(items[i].out.data(), ram_->data(rec->ram_slot), rec->length);
+        if (ram_->try_lease(rec->ram_slot, key, ns)) {
+          const uint32_t len = ram_->length(rec->ram_slot);
+          std::memcpy(items[i].out.data(), ram_->data(rec->ram_slot), len);
           ram_->release(rec->ram_slot);
           res.hit = true;
           res.tier = Tier::kRam;
-          res.length = rec->length;
+          res.length = len;
           break;
         }
         // The slot is being demoted or was reused: look again shortly.
@@ -457,6 +502,7 @@ Result<std::vector<GetResult>> Store::batch_get(uint16_t ns, std::span<const Bat
       res.hit = true;
       res.tier = Tier::kDisk;
       res.length = p.rec.length;
+      p.crc = p.target->payload_crc();
       index_->update(p.rec.key, [](IndexRecord& r) {
         if (r.disk_hits < 0xFFFF) ++r.disk_hits;
         return true;
@@ -466,24 +512,26 @@ Result<std::vector<GetResult>> Store::batch_get(uint16_t ns, std::span<const Bat
     }
   }
   // Pass 3: bookkeeping and promotion, off the read critical path.
-  for (size_t i = 0; i < items.size(); ++i) {
-    const GetResult& res = results[i];
+  for (const auto& p : pending) {
+    const GetResult& res = results[p.item];
+    if (res.hit && opts_.promote_on_disk_hit && ram_->slot_count() > 0) {
+      promote(ns, items[p.item].key, ByteView(items[p.item].out.data(), res.length), p.crc);
+    }
+  }
+  for (const GetResult& res : results) {
     if (res.hit) {
       (res.tier == Tier::kRam ? m_->hits_ram : m_->hits_disk).add();
       m_->get_bytes.add(res.length);
-      if (res.tier == Tier::kDisk && opts_.promote_on_disk_hit && ram_->slot_count() > 0) {
-        promote(ns, items[i].key, ByteView(items[i].out.data(), res.length));
-      }
     } else {
       count_miss(res.miss);
     }
   }
-  const uint64_t per_item = items.empty() ? 0 : (now_ns() - t0);
-  m_->get_latency.record(per_item);
+  m_->get_latency.record(now_ns() - t0);
   return results;
 }
 
 Result<MatchResult> Store::match_prefix(uint16_t ns, std::span<const Key128> keys) {
+  KVTIER_RETURN_IF_ERROR(check_open());
   KVTIER_RETURN_IF_ERROR(check_ns(ns));
   const uint64_t t0 = now_ns();
   thread_local std::vector<IndexRecord> recs;
@@ -503,25 +551,34 @@ Result<MatchResult> Store::match_prefix(uint16_t ns, std::span<const Key128> key
 }
 
 Result<bool> Store::remove(uint16_t ns, const Key128& key) {
+  KVTIER_RETURN_IF_ERROR(check_open());
   KVTIER_RETURN_IF_ERROR(check_ns(ns));
   KVTIER_RETURN_IF_ERROR(check_key(key));
   auto rec = index_->find(key);
   if (!rec || rec->ns != ns) return false;
-  if (rec->in_ram() && ram_->try_lease(rec->ram_slot, key)) {
+  if (rec->in_ram() && ram_->try_lease(rec->ram_slot, key, ns)) {
     ram_->unpin(rec->ram_slot);  // let CLOCK take the orphaned slot soon
     ram_->release(rec->ram_slot);
   }
-  return index_->erase(key);
+  bool removed = false;
+  index_->update(key, [&](IndexRecord& r) {
+    removed = r.ns == ns;  // never drop another namespace's block
+    return !removed;
+  });
+  return removed;
 }
 
 Result<size_t> Store::pin(uint16_t ns, std::span<const Key128> keys, uint64_t ttl_ms) {
+  KVTIER_RETURN_IF_ERROR(check_open());
   KVTIER_RETURN_IF_ERROR(check_ns(ns));
+  constexpr uint64_t kMaxTtlMs = 365ull * 24 * 3600 * 1000;  // a year: no overflow below
+  if (ttl_ms > kMaxTtlMs) return Status::invalid_argument("pin TTL longer than a year");
   const uint64_t until = now_ns() + ttl_ms * 1000000ull;
   size_t n = 0;
   for (const Key128& key : keys) {
     auto rec = index_->find(key);
     if (!rec || rec->ns != ns || !rec->in_ram()) continue;
-    if (!ram_->try_lease(rec->ram_slot, key)) continue;
+    if (!ram_->try_lease(rec->ram_slot, key, ns)) continue;
     ram_->pin(rec->ram_slot, until);
     ram_->release(rec->ram_slot);
     ++n;
@@ -535,7 +592,7 @@ Result<size_t> Store::unpin(uint16_t ns, std::span<const Key128> keys) {
   for (const Key128& key : keys) {
     auto rec = index_->find(key);
     if (!rec || rec->ns != ns || !rec->in_ram()) continue;
-    if (!ram_->try_lease(rec->ram_slot, key)) continue;
+    if (!ram_->try_lease(rec->ram_slot, key, ns)) continue;
     ram_->unpin(rec->ram_slot);
     ram_->release(rec->ram_slot);
     ++n;
@@ -551,7 +608,7 @@ Status Store::flush() {
     if (r.in_ram() && !r.on_disk()) ram_only.push_back(r);
   });
   for (const IndexRecord& r : ram_only) {
-    if (!ram_->try_lease(r.ram_slot, r.key)) continue;  // evicted meanwhile: demotion wrote it
+    if (!ram_->try_lease(r.ram_slot, r.key, r.ns)) continue;  // being demoted: waited for below
     auto page = disk_->append(r.key, ram_->ns(r.ram_slot),
                               ByteView(ram_->data(r.ram_slot), ram_->length(r.ram_slot)),
                               ram_->crc(r.ram_slot));
@@ -562,12 +619,14 @@ Status Store::flush() {
       return true;
     });
   }
+  // Blocks we could not lease were being demoted: their appends must land
+  // in the region buffers before the disk tier's flush snapshots them.
+  while (demotions_in_flight_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
   return disk_->flush();
 }
 
 Status Store::close() {
-  if (closed_) return Status::ok_status();
-  closed_ = true;
+  if (closed_.exchange(true)) return Status::ok_status();
   if (!disk_) return Status::ok_status();
   KVTIER_RETURN_IF_ERROR(flush());
   return disk_->close();

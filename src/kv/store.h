@@ -13,6 +13,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -154,11 +155,12 @@ class Store {
   Status init();
   Status check_ns(uint16_t ns) const;
   Status check_key(const Key128& key) const;
+  Status check_open() const;
   // Frees a RAM slot, demoting its block to disk when no disk copy exists.
   void evict_slot(uint32_t slot);
   std::optional<uint32_t> obtain_slot();
   PutResult put_to_disk(uint16_t ns, const Key128& key, ByteView data, uint32_t crc);
-  void promote(uint16_t ns, const Key128& key, ByteView data);
+  void promote(uint16_t ns, const Key128& key, ByteView data, uint32_t expected_crc);
   // Classifies a failed disk read and drops a record that is really bad.
   MissReason disk_failure(const IndexRecord& rec, const Status& st);
   void count_miss(MissReason r);
@@ -171,7 +173,8 @@ class Store {
   std::unique_ptr<RamTier> ram_;
   std::unique_ptr<DiskTier> disk_;
   std::unique_ptr<DiskAdmission> admission_;
-  bool closed_ = false;
+  std::atomic<bool> closed_{false};
+  std::atomic<uint64_t> demotions_in_flight_{0};
 
   struct Metrics;
   std::unique_ptr<Metrics> m_;

@@ -191,15 +191,16 @@ TEST(Store, RamTierLeaseBlocksVictimClaim) {
     slots.push_back(*s);
   }
   EXPECT_FALSE(ram.allocate());
-  for (uint32_t s : slots) ASSERT_TRUE(ram.try_lease(s, ram.key(s)));
+  for (uint32_t s : slots) ASSERT_TRUE(ram.try_lease(s, ram.key(s), 0));
   EXPECT_FALSE(ram.claim_victim(0));  // all leased
   ram.release(slots[2]);
   auto v = ram.claim_victim(0);
   ASSERT_TRUE(v);
   EXPECT_EQ(*v, slots[2]);
   // A lease asked for while the slot is being evicted, or for the wrong key, fails.
-  EXPECT_FALSE(ram.try_lease(slots[2], test_key(2)));
-  EXPECT_FALSE(ram.try_lease(slots[0], test_key(99)));
+  EXPECT_FALSE(ram.try_lease(slots[2], test_key(2), 0));
+  EXPECT_FALSE(ram.try_lease(slots[0], test_key(99), 0));
+  EXPECT_FALSE(ram.try_lease(slots[0], test_key(0), 7));  // right key, other namespace
   ram.release_slot(*v);
   EXPECT_TRUE(ram.allocate());
 }
@@ -472,6 +473,67 @@ TEST(Store, AdmissionBudgetRefusesDirectPutsAndDropsDemotions) {
   EXPECT_EQ(st.demotions, 1u);
   EXPECT_EQ(st.demotions_rejected, 3u);
   EXPECT_EQ(st.eviction_drops, 3u);
+}
+
+}  // namespace
+}  // namespace kvtier::kv
+
+namespace kvtier::kv {
+namespace {
+
+TEST(Store, BatchGetRejectsOverlappingOrSmallBuffersBeforeAnyIo) {
+  auto mem = std::make_shared<blk::MemDevice>(64 << 20);
+  auto faulty = std::make_shared<blk::FaultyDevice>(mem, 5);
+  auto o = small_options(faulty, 1);
+  Fixture f(o);
+  for (int i = 0; i < 6; ++i) f.put(i);
+  ASSERT_TRUE(f.store->flush().ok());
+  faulty->set_latency(std::chrono::milliseconds(100));
+  AlignedBuffer a(kObj), small(100);
+  std::memset(a.data(), 0x11, a.size());
+  std::vector<BatchGetItem> items{{test_key(0), a.view()}, {test_key(1), small.view()}};
+  EXPECT_EQ(f.store->batch_get(f.ns, items).status().code(), StatusCode::kInvalidArgument);
+  std::vector<BatchGetItem> overlap{{test_key(0), a.subview(0, kObj)},
+                                    {test_key(1), a.subview(100, kObj - 100)}};
+  EXPECT_EQ(f.store->batch_get(f.ns, overlap).status().code(), StatusCode::kInvalidArgument);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(static_cast<uint8_t>(a.data()[0]), 0x11);  // no late completion wrote it
+  faulty->set_latency(std::chrono::nanoseconds(0));
+}
+
+// Many threads racing puts of the same few keys through a tiny RAM tier:
+// every key that was stored must stay readable with its own bytes (a put
+// that loses a race must not give away a slot someone else now uses).
+TEST(Store, RacingPutsOfTheSameKeysNeverLoseOrMixBlocks) {
+  auto o = small_options(std::make_shared<blk::MemDevice>(128 << 20), 4);
+  Fixture f(o);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      AlignedBuffer b(kObj);
+      for (int round = 0; round < 200; ++round) {
+        uint64_t i = (round * 7 + t) % 24;
+        fill_payload(test_key(i), b.view());
+        ASSERT_TRUE(f.store->put(f.ns, test_key(i), b.view()).ok());
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  auto st = f.store->stats();
+  EXPECT_LE(st.ram_used, 4u);
+  EXPECT_EQ(st.index_entries, 24u);
+  for (int i = 0; i < 24; ++i) EXPECT_TRUE(f.get(i).hit) << i;  // get() checks the bytes
+}
+
+TEST(Store, CallsAfterCloseAreRejected) {
+  Fixture f(small_options(std::make_shared<blk::MemDevice>(32 << 20)));
+  f.put(1);
+  ASSERT_TRUE(f.store->close().ok());
+  AlignedBuffer b(kObj);
+  EXPECT_EQ(f.store->put(f.ns, test_key(2), b.view()).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(f.store->get(f.ns, test_key(1), b.view()).status().code(),
+            StatusCode::kFailedPrecondition);
 }
 
 }  // namespace
