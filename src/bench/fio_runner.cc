@@ -9,8 +9,11 @@ namespace kvtier::bench {
 
 Result<FioResult> run_fio(const FioJob& job) {
   FioResult out;
+  // --randrepeat=0: fio's default replays the same random offsets every run,
+  // which a host cache then serves from RAM; kvtier never rereads a pattern.
   out.command = fmt::format(
-      "fio --name=kvtier-limit --filename={} --direct=1 --ioengine=io_uring --rw={} --bs={} "
+      "fio --name=kvtier-limit --filename={} --direct=1 --ioengine=io_uring --randrepeat=0 --rw={} "
+      "--bs={} "
       "--iodepth={} --size={} --runtime={} --time_based{} --output-format=json",
       job.filename, job.rw, job.block_bytes, job.iodepth, job.size_bytes, job.seconds,
       job.end_fsync ? " --end_fsync=1" : "");

@@ -257,7 +257,7 @@ Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
     std::shuffle(order.begin(), order.end(), std::mt19937_64(1));
     const size_t batch = std::max<size_t>(256, o.queue_depth * 16);
     std::vector<AlignedBuffer> outs;
-    for (size_t i = 0; i < batch; ++i) outs.emplace_back(o.object_bytes);
+    for (size_t i = 0; i < batch; ++i) outs.emplace_back(o.object_bytes, kDirectIoAlignment, true);
     std::vector<kv::BatchGetItem> items(batch);
     uint64_t pos = 0, misses = 0, last_first = 0;
     const double round_seconds = std::max(1.0, o.seconds / 2);

@@ -21,6 +21,7 @@ AlignedBuffer::AlignedBuffer(size_t size, size_t alignment, bool zero) : size_(s
     madvise(p, len, MADV_HUGEPAGE);
     data_ = static_cast<std::byte*>(p);
     mapped_ = len;
+    if (zero) std::memset(data_, 0, size);  // already zero: this faults the pages in
     return;
   }
   void* p = std::aligned_alloc(alignment, align_up(size, alignment));

@@ -21,7 +21,8 @@ class StagePool {
  public:
   StagePool(unsigned n, size_t bytes) {
     for (unsigned i = 0; i < n; ++i) {
-      bufs_.emplace_back(bytes, kDirectIoAlignment);
+      // Zeroed now: first-touch page faults belong to start-up, not to reads.
+      bufs_.emplace_back(bytes, kDirectIoAlignment, /*zero=*/true);
       free_.push_back(static_cast<int>(i));
     }
   }
@@ -229,7 +230,7 @@ Status DiskTier::init() {
 
   regions_.resize(region_count_);
   for (unsigned i = 0; i < opts_.write_buffers; ++i) {
-    write_bufs_.emplace_back(opts_.region_bytes, kDirectIoAlignment);
+    write_bufs_.emplace_back(opts_.region_bytes, kDirectIoAlignment, /*zero=*/true);
     free_write_bufs_.push_back(static_cast<int>(i));
   }
   stage_ = std::make_shared<StagePool>(opts_.read_depth, max_entry_bytes_);
