@@ -694,18 +694,19 @@ void DiskTier::read_async(const IndexRecord& rec, std::shared_ptr<ReadTarget> ta
       return;
     }
   }
+  // A pooled (registered) staging buffer if one is free; otherwise a
+  // temporary one. Never wait here: several callers each holding part of
+  // the pool while waiting for more would block one another.
   std::shared_ptr<StagePool> pool = stage_;
-  int slot = pool->acquire(deadline_ns);
-  if (slot < 0) {
-    target->complete(Status::timeout("no read slot before the deadline"), {});
-    return;
-  }
+  const int slot = pool->acquire(0);
+  std::shared_ptr<AlignedBuffer> temp;
+  if (slot < 0) temp = std::make_shared<AlignedBuffer>(eb, kDirectIoAlignment);
+  std::byte* base = slot >= 0 ? pool->buf(slot).data() : temp->data();
   c_->reads.fetch_add(1, kRelaxed);
-  MutableByteView buf = pool->buf(slot).subview(0, eb);
   std::shared_ptr<Counters> counters = c_;
-  dev_->read(uint64_t{rec.disk_page} * kPageBytes, buf,
-             [pool, slot, target, counters, rec, ns_digest, volume_id](Status st) {
-               const std::byte* entry = pool->buf(slot).data();
+  dev_->read(uint64_t{rec.disk_page} * kPageBytes, MutableByteView(base, eb),
+             [pool, slot, temp, base, target, counters, rec, ns_digest, volume_id](Status st) {
+               const std::byte* entry = base;
                if (st.ok()) {
                  counters->bytes_read.fetch_add(entry_bytes(rec.length), kRelaxed);
                  st = check_entry(entry, volume_id, rec.key, ns_digest, rec.length);
@@ -715,9 +716,10 @@ void DiskTier::read_async(const IndexRecord& rec, std::shared_ptr<ReadTarget> ta
                } else {
                  counters->read_io_errors.fetch_add(1, kRelaxed);
                }
-               target->complete(st, ByteView(entry + sizeof(EntryHeader), rec.length),
-                                payload_crc_of(entry));
-               pool->release(slot);
+               target->complete_deferred(st, ByteView(entry + sizeof(EntryHeader), rec.length),
+                                         payload_crc_of(entry), [pool, slot, temp] {
+                                           if (slot >= 0) pool->release(slot);
+                                         });
              });
 }
 

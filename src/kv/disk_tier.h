@@ -83,9 +83,11 @@ class DiskTier {
   Result<uint32_t> append(const Key128& key, uint16_t ns, ByteView payload, uint32_t payload_crc);
 
   // Reads the entry of `rec` and delivers its payload to `target` after
-  // verifying header and checksum (mismatch: kCorruption). Waits for a
-  // staging buffer until `deadline_ns` (then kTimeout). The completion may
-  // run inline or on a device thread.
+  // verifying header and checksum (mismatch: kCorruption). Never blocks: a
+  // registered staging buffer is used when one is free, a temporary one
+  // otherwise. The device thread verifies; the waiter copies the payload out
+  // in ReadTarget::wait_until (`deadline_ns` is the caller's, kept for
+  // devices that could honour it).
   void read_async(const IndexRecord& rec, std::shared_ptr<ReadTarget> target, uint64_t deadline_ns);
 
   // Makes every appended entry durable (partial region write + device flush).

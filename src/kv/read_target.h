@@ -7,6 +7,7 @@
 
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <mutex>
 
 #include "common/buffer.h"
@@ -33,6 +34,32 @@ class ReadTarget {
 
   // Waiter side. Returns the completion's status, or kTimeout at the
   // deadline, after which complete() will not write the buffer.
+  // Completion side, sharing the copy with the waiter: the payload stays in
+  // the completion's buffer until the waiting thread copies it out and calls
+  // `release`; the device thread only verifies. Two cores then share the
+  // per-block work (checksum on one, copy on the other). If the waiter has
+  // already given up, `release` runs at once.
+  void complete_deferred(Status st, ByteView payload, uint32_t payload_crc,
+                         std::function<void()> release) {
+    {
+      std::lock_guard lock(mu_);
+      if (!abandoned_ && !done_) {
+        status_ = std::move(st);
+        payload_crc_ = payload_crc;
+        pending_payload_ = payload;
+        release_ = std::move(release);
+        done_ = true;
+        cv_.notify_all();
+        return;
+      }
+    }
+    release();
+  }
+
+  ~ReadTarget() {
+    if (release_) release_();
+  }
+
   // The verified payload's CRC32C, valid after wait_until() returned OK.
   uint32_t payload_crc() const { return payload_crc_; }
 
@@ -46,6 +73,13 @@ class ReadTarget {
       }
       cv_.wait_for(lock, std::chrono::nanoseconds(deadline_ns - now));
     }
+    if (release_) {
+      // Deferred completion: copy out here, then hand the buffer back.
+      if (status_.ok()) std::memcpy(out_.data(), pending_payload_.data(), pending_payload_.size());
+      auto release = std::move(release_);
+      release_ = nullptr;
+      release();
+    }
     return status_;
   }
 
@@ -53,10 +87,12 @@ class ReadTarget {
   std::mutex mu_;
   std::condition_variable cv_;
   MutableByteView out_;
-  bool done_ = false;         // guarded by mu_
-  bool abandoned_ = false;    // guarded by mu_
-  Status status_;             // guarded by mu_
-  uint32_t payload_crc_ = 0;  // written before done_, read after
+  bool done_ = false;              // guarded by mu_
+  bool abandoned_ = false;         // guarded by mu_
+  Status status_;                  // guarded by mu_
+  uint32_t payload_crc_ = 0;       // written before done_, read after
+  ByteView pending_payload_;       // deferred completion: where the payload waits
+  std::function<void()> release_;  // deferred completion: frees that buffer
 };
 
 }  // namespace kvtier::kv

@@ -446,7 +446,30 @@ Result<std::vector<GetResult>> Store::batch_get(uint16_t ns, std::span<const Bat
   };
   std::vector<Pending> pending;
 
-  // Pass 1: RAM hits are copied now; disk reads are all put in flight.
+  // Collects one disk read: waits for it (the copy out of the staging buffer
+  // happens here, on this thread, while the device thread verifies the next).
+  auto finish = [&](Pending& p) {
+    GetResult& res = results[p.item];
+    Status st = p.target->wait_until(deadline);
+    if (st.ok()) {
+      res.hit = true;
+      res.tier = Tier::kDisk;
+      res.length = p.rec.length;
+      p.crc = p.target->payload_crc();
+      index_->update(p.rec.key, [](IndexRecord& r) {
+        if (r.disk_hits < 0xFFFF) ++r.disk_hits;
+        return true;
+      });
+    } else {
+      res.miss = disk_failure(p.rec, st);
+    }
+  };
+  // Disk reads in flight at once: a staging buffer is freed only when its
+  // block has been copied out, so never ask for more than there are.
+  const size_t window = std::max<size_t>(1, opts_.disk.read_depth);
+  size_t finished = 0;
+
+  // RAM hits are copied now; disk reads go out in a sliding window.
   for (size_t i = 0; i < items.size(); ++i) {
     const Key128& key = items[i].key;
     GetResult& res = results[i];
@@ -488,29 +511,14 @@ Result<std::vector<GetResult>> Store::batch_get(uint16_t ns, std::span<const Bat
         auto target = std::make_shared<ReadTarget>(items[i].out);
         disk_->read_async(*rec, target, deadline);
         pending.push_back({i, *rec, std::move(target)});
+        if (pending.size() - finished >= window) finish(pending[finished++]);
         break;
       }
       res.miss = MissReason::kNotFound;
       break;
     }
   }
-  // Pass 2: collect the disk reads.
-  for (auto& p : pending) {
-    GetResult& res = results[p.item];
-    Status st = p.target->wait_until(deadline);
-    if (st.ok()) {
-      res.hit = true;
-      res.tier = Tier::kDisk;
-      res.length = p.rec.length;
-      p.crc = p.target->payload_crc();
-      index_->update(p.rec.key, [](IndexRecord& r) {
-        if (r.disk_hits < 0xFFFF) ++r.disk_hits;
-        return true;
-      });
-    } else {
-      res.miss = disk_failure(p.rec, st);
-    }
-  }
+  while (finished < pending.size()) finish(pending[finished++]);
   // Pass 3: bookkeeping and promotion, off the read critical path.
   for (const auto& p : pending) {
     const GetResult& res = results[p.item];
