@@ -9,4 +9,7 @@ namespace kvtier::tools {
 // `kvtier bench ...`
 void add_bench_commands(CLI::App& app);
 
+// `kvtier store ...` (serve, stats)
+void add_store_commands(CLI::App& app);
+
 }  // namespace kvtier::tools

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
       "Set KVTIER_LOG=info|debug for more logging."};
   app.require_subcommand(1);
   kvtier::tools::add_bench_commands(app);
+  kvtier::tools::add_store_commands(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

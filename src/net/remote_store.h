@@ -1,0 +1,137 @@
+// RemoteStore: the client of the store service, with the operations and
+// result types of kv::Store, so that a prefill or decode replica can use a
+// shared store on another process or host exactly like a local one.
+//
+// Connections: a pool of `connections` TCP connections, each pipelining any
+// number of calls (matched to responses by request id); callers on many
+// threads share them, round robin. Block bytes are never copied by the
+// client: a put sends the caller's buffer with one gather write, a get
+// receives the data section straight into the caller's buffer.
+//
+// Failures: an unreachable store is a cache miss, never an error, and never a
+// wait longer than `call_timeout_ms`. While no connection is up, calls return
+// at once: get and batch_get report misses (MissReason::kIoError; kTimeout
+// when a call ran out of time), match_prefix matches 0 blocks, put and
+// batch_put report refused blocks (RefuseReason::kDiskError: the tier could
+// not take them), remove returns false and pin/unpin 0. Each connection
+// reconnects by itself with exponential backoff (reconnect_min_ms ..
+// reconnect_max_ms). Namespaces are registered per connection, lazily and
+// again after every reconnect; the handles this class returns never change.
+// A non-OK Status is, as with kv::Store, reserved for bad input (and for the
+// server's answer to bad input), plus stats(), which cannot invent numbers.
+//
+// Thread-safety: every method may be called concurrently from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/buffer.h"
+#include "common/status.h"
+#include "kv/store.h"
+#include "net/protocol.h"
+
+namespace kvtier::net {
+
+struct RemoteStoreOptions {
+  std::string host = "127.0.0.1";  // IP literal or name
+  uint16_t port = 7470;
+  std::string auth_token;
+  std::string client_name = "kvtier-client";
+  unsigned connections = 2;  // pool size
+  unsigned io_threads = 1;
+  uint32_t call_timeout_ms = 1000;
+  uint32_t connect_timeout_ms = 1000;
+  uint32_t reconnect_min_ms = 20;
+  uint32_t reconnect_max_ms = 1000;
+};
+
+// What the client itself saw (the server's view is stats()).
+struct RemoteStoreClientStats {
+  uint64_t calls = 0;
+  uint64_t unavailable = 0;  // calls answered locally: no connection was up
+  uint64_t timeouts = 0;     // calls that ran out of time
+  uint64_t broken = 0;       // calls failed by a connection that broke under them
+  uint64_t sessions = 0;     // successful connects (the first ones included)
+  uint64_t connect_failures = 0;
+};
+
+class RemoteStore {
+ public:
+  // Validates the options and starts connecting in the background; succeeds
+  // even when the server is down (calls are then misses until it is up).
+  static Result<std::unique_ptr<RemoteStore>> open(const RemoteStoreOptions& options);
+  ~RemoteStore();
+  RemoteStore(const RemoteStore&) = delete;
+  RemoteStore& operator=(const RemoteStore&) = delete;
+
+  // OK once at least one connection is up; otherwise, after `timeout_ms`, the
+  // last connection error (connection refused, "authentication failed", ...).
+  Status wait_connected(uint32_t timeout_ms);
+  bool connected() const;
+  Status last_error() const;
+  // The limits the server announced (hard limits before the first Hello).
+  ServerLimits server_limits() const;
+  RemoteStoreClientStats client_stats() const;
+
+  // Validates `ns` and returns a handle for the calls below. When the server
+  // is reachable it is registered there at once, so that a namespace the
+  // server rejects is reported here.
+  Result<uint16_t> register_namespace(const kv::Namespace& ns);
+
+  Result<kv::PutResult> put(uint16_t ns, const kv::Key128& key, ByteView data);
+  Result<kv::GetResult> get(uint16_t ns, const kv::Key128& key, MutableByteView out);
+  // Split into several requests when the server's batch or frame limits ask for it.
+  Result<std::vector<kv::PutResult>> batch_put(uint16_t ns, std::span<const kv::Key128> keys,
+                                               std::span<const ByteView> data);
+  Result<std::vector<kv::GetResult>> batch_get(uint16_t ns,
+                                               std::span<const kv::BatchGetItem> items);
+  Result<kv::MatchResult> match_prefix(uint16_t ns, std::span<const kv::Key128> keys);
+  Result<bool> remove(uint16_t ns, const kv::Key128& key);
+  Result<size_t> pin(uint16_t ns, std::span<const kv::Key128> keys, uint64_t ttl_ms);
+  Result<size_t> unpin(uint16_t ns, std::span<const kv::Key128> keys);
+
+  // The server's store statistics (Unavailable when it cannot be reached).
+  Result<kv::StoreStats> stats();
+  // Every counter the server reports (store and server metrics).
+  Result<std::vector<StatCounter>> stat_counters();
+  // The server's statistics as one JSON object.
+  Result<std::string> stats_json();
+
+ private:
+  struct Impl;
+  explicit RemoteStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---- StoreStats on the wire ----------------------------------------------------
+//
+// A Stats response carries named counters. These are the names of the
+// kv::StoreStats fields, shared by the server (which also exports the ones
+// the store's registry lacks on /metrics) and the client (which rebuilds
+// StoreStats from them). Names with labels are the registry's own.
+struct StoreStatField {
+  enum class Kind : uint8_t {
+    kStoreMetric,  // already in the Store's metrics registry
+    kGauge,        // a level (slots used, entries); mirrored as a gauge
+    kCounter,      // cumulative, kept outside the registry; mirrored as a counter
+  };
+  std::string name;    // metric name without labels
+  std::string labels;  // `reason="evicted"` or empty
+  std::string help;
+  Kind kind;
+  std::function<uint64_t(const kv::StoreStats&)> get;
+  std::function<void(kv::StoreStats&, uint64_t)> set;
+  // name{labels}, the counter's name on the wire.
+  std::string full_name() const { return labels.empty() ? name : name + "{" + labels + "}"; }
+};
+const std::vector<StoreStatField>& store_stat_fields();
+std::vector<StatCounter> store_stats_to_counters(const kv::StoreStats& stats);
+// Counters not named in store_stat_fields() are ignored.
+kv::StoreStats store_stats_from_counters(std::span<const StatCounter> counters);
+
+}  // namespace kvtier::net

@@ -1,0 +1,393 @@
+#include "net/server_config.h"
+
+#include <fmt/format.h>
+
+#include <asio/ip/address.hpp>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "blk/uring_device.h"
+#include "net/protocol.h"
+
+namespace kvtier::net {
+
+namespace {
+
+using nlohmann::json;
+
+// Reads the members of one JSON object, remembering which keys were used so
+// that finish() can name any key the schema does not have.
+class Fields {
+ public:
+  Fields(const json& obj, std::string path) : obj_(obj), path_(std::move(path)) {}
+
+  std::string name(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+
+  // nullptr when absent (or JSON null, which means "absent" everywhere).
+  const json* find(const std::string& key) {
+    used_.insert(key);
+    auto it = obj_.find(key);
+    if (it == obj_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  Status get_uint(const std::string& key, uint64_t min, uint64_t max, uint64_t* out) {
+    const json* v = find(key);
+    if (!v) return Status::ok_status();
+    if (!v->is_number_unsigned() && !(v->is_number_integer() && v->get<int64_t>() >= 0)) {
+      return Status::invalid_argument(
+          fmt::format("config key '{}' must be a non-negative integer", name(key)));
+    }
+    uint64_t x = v->get<uint64_t>();
+    if (x < min || x > max) {
+      return Status::invalid_argument(
+          fmt::format("config key '{}' is {}, must be in [{}, {}]", name(key), x, min, max));
+    }
+    *out = x;
+    return Status::ok_status();
+  }
+
+  template <typename T>
+  Status get_uint_as(const std::string& key, uint64_t min, uint64_t max, T* out) {
+    uint64_t x = *out;
+    KVTIER_RETURN_IF_ERROR(get_uint(key, min, max, &x));
+    *out = static_cast<T>(x);
+    return Status::ok_status();
+  }
+
+  Status get_size(const std::string& key, uint64_t min, uint64_t max, uint64_t* out) {
+    const json* v = find(key);
+    if (!v) return Status::ok_status();
+    uint64_t x = 0;
+    if (v->is_string()) {
+      auto r = parse_size(v->get<std::string>());
+      if (!r.ok()) {
+        return Status::invalid_argument(
+            fmt::format("config key '{}': {}", name(key), r.status().message()));
+      }
+      x = *r;
+    } else if (v->is_number_unsigned() || (v->is_number_integer() && v->get<int64_t>() >= 0)) {
+      x = v->get<uint64_t>();
+    } else {
+      return Status::invalid_argument(fmt::format(
+          "config key '{}' must be a byte count (integer or string like \"64MiB\")", name(key)));
+    }
+    if (x < min || x > max) {
+      return Status::invalid_argument(
+          fmt::format("config key '{}' is {} bytes, must be in [{}, {}]", name(key), x, min, max));
+    }
+    *out = x;
+    return Status::ok_status();
+  }
+
+  Status get_bool(const std::string& key, bool* out) {
+    const json* v = find(key);
+    if (!v) return Status::ok_status();
+    if (!v->is_boolean()) {
+      return Status::invalid_argument(
+          fmt::format("config key '{}' must be true or false", name(key)));
+    }
+    *out = v->get<bool>();
+    return Status::ok_status();
+  }
+
+  Status get_string(const std::string& key, size_t max_len, std::string* out) {
+    const json* v = find(key);
+    if (!v) return Status::ok_status();
+    if (!v->is_string()) {
+      return Status::invalid_argument(fmt::format("config key '{}' must be a string", name(key)));
+    }
+    std::string s = v->get<std::string>();
+    if (s.size() > max_len) {
+      return Status::invalid_argument(
+          fmt::format("config key '{}' is longer than {} bytes", name(key), max_len));
+    }
+    *out = std::move(s);
+    return Status::ok_status();
+  }
+
+  // Unknown keys are errors, named with their full path.
+  Status finish() const {
+    for (auto it = obj_.begin(); it != obj_.end(); ++it) {
+      if (!used_.count(it.key())) {
+        return Status::invalid_argument(fmt::format("unknown config key '{}'", name(it.key())));
+      }
+    }
+    return Status::ok_status();
+  }
+
+ private:
+  const json& obj_;
+  std::string path_;
+  std::set<std::string> used_;
+};
+
+Status require_object(const json* v, const std::string& name) {
+  if (!v->is_object()) {
+    return Status::invalid_argument(fmt::format("config key '{}' must be an object", name));
+  }
+  return Status::ok_status();
+}
+
+Result<std::string> read_file(const std::string& path, size_t max_bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::not_found(fmt::format("cannot open '{}'", path));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  if (s.size() > max_bytes) {
+    return Status::invalid_argument(fmt::format("'{}' is larger than {} bytes", path, max_bytes));
+  }
+  return s;
+}
+
+constexpr uint64_t kMaxRam = 1ull << 46;     // 64 TiB: far above any machine, catches typos
+constexpr uint64_t kMaxVolume = 1ull << 56;  // 64 PiB
+
+Status parse_volume(const json& v, VolumeConfig* vol) {
+  Fields f(v, "store.volume");
+  KVTIER_RETURN_IF_ERROR(f.get_string("path", 4096, &vol->path));
+  KVTIER_RETURN_IF_ERROR(f.get_size("size", 0, kMaxVolume, &vol->size_bytes));
+  KVTIER_RETURN_IF_ERROR(f.get_bool("direct", &vol->direct));
+  KVTIER_RETURN_IF_ERROR(f.get_uint_as("queue_depth", 1, 4096, &vol->queue_depth));
+  KVTIER_RETURN_IF_ERROR(f.finish());
+  if (vol->path.empty()) {
+    return Status::invalid_argument("config key 'store.volume.path' is required");
+  }
+  return Status::ok_status();
+}
+
+Status parse_store(const json& v, StoreConfig* s) {
+  Fields f(v, "store");
+  KVTIER_RETURN_IF_ERROR(f.get_size("ram_bytes", 0, kMaxRam, &s->ram_bytes));
+  uint64_t obj = s->max_object_bytes;
+  KVTIER_RETURN_IF_ERROR(f.get_size("max_object_bytes", 1, kMaxDataBytes, &obj));
+  s->max_object_bytes = static_cast<uint32_t>(obj);
+  if (const json* vol = f.find("volume")) {
+    KVTIER_RETURN_IF_ERROR(require_object(vol, "store.volume"));
+    VolumeConfig vc;
+    KVTIER_RETURN_IF_ERROR(parse_volume(*vol, &vc));
+    s->volume = std::move(vc);
+  }
+  KVTIER_RETURN_IF_ERROR(f.get_size("region_bytes", 1ull << 20, 1ull << 34, &s->region_bytes));
+  KVTIER_RETURN_IF_ERROR(f.get_uint("io_timeout_ms", 1, 3600000, &s->io_timeout_ms));
+  KVTIER_RETURN_IF_ERROR(f.get_bool("promote_on_disk_hit", &s->promote_on_disk_hit));
+  KVTIER_RETURN_IF_ERROR(f.get_size("disk_write_budget_bytes_per_sec", 0, kMaxVolume,
+                                    &s->disk_write_budget_bytes_per_sec));
+  return f.finish();
+}
+
+}  // namespace
+
+Result<uint64_t> parse_size(std::string_view text) {
+  std::string t(text);
+  while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
+  size_t i = 0;
+  while (i < t.size() && std::isspace(static_cast<unsigned char>(t[i]))) ++i;
+  size_t num_start = i;
+  while (i < t.size() && (std::isdigit(static_cast<unsigned char>(t[i])) || t[i] == '.')) ++i;
+  std::string num = t.substr(num_start, i - num_start);
+  while (i < t.size() && std::isspace(static_cast<unsigned char>(t[i]))) ++i;
+  std::string unit = t.substr(i);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (num.empty() || num.find('.') != num.rfind('.') || num == ".") {
+    return Status::invalid_argument(fmt::format("'{}' is not a size", text));
+  }
+  uint64_t mult = 0;
+  if (unit.empty() || unit == "b") {
+    mult = 1;
+  } else if (unit == "k" || unit == "kb" || unit == "kib") {
+    mult = 1ull << 10;
+  } else if (unit == "m" || unit == "mb" || unit == "mib") {
+    mult = 1ull << 20;
+  } else if (unit == "g" || unit == "gb" || unit == "gib") {
+    mult = 1ull << 30;
+  } else if (unit == "t" || unit == "tb" || unit == "tib") {
+    mult = 1ull << 40;
+  } else {
+    return Status::invalid_argument(
+        fmt::format("'{}': unknown unit '{}' (use B, KiB, MiB, GiB or TiB)", text, unit));
+  }
+  if (num.find('.') == std::string::npos) {
+    if (num.size() > 19) return Status::invalid_argument(fmt::format("'{}' is too large", text));
+    uint64_t n = std::stoull(num);
+    if (n > std::numeric_limits<uint64_t>::max() / mult) {
+      return Status::invalid_argument(fmt::format("'{}' is too large", text));
+    }
+    return n * mult;
+  }
+  double d = std::strtod(num.c_str(), nullptr);
+  double bytes = d * static_cast<double>(mult);
+  if (!std::isfinite(bytes) || bytes >= 1.8e19) {
+    return Status::invalid_argument(fmt::format("'{}' is too large", text));
+  }
+  if (bytes != std::floor(bytes)) {
+    return Status::invalid_argument(fmt::format("'{}' is not a whole number of bytes", text));
+  }
+  return static_cast<uint64_t>(bytes);
+}
+
+Result<bool> is_loopback_address(const std::string& address) {
+  std::error_code ec;
+  auto a = asio::ip::make_address(address, ec);
+  if (ec) {
+    return Status::invalid_argument(
+        fmt::format("'{}' is not an IP address (give an IPv4 or IPv6 literal)", address));
+  }
+  return a.is_loopback();
+}
+
+Status ServerConfig::validate() const {
+  auto loop = is_loopback_address(listen_address);
+  if (!loop.ok()) return Status::invalid_argument("listen.address: " + loop.status().message());
+  if (!*loop && auth_token.empty()) {
+    return Status::invalid_argument(fmt::format(
+        "listen.address {} is not loopback: an auth_token is required (the protocol is not "
+        "encrypted; expose it only on a trusted network, with a token)",
+        listen_address));
+  }
+  if (auth_token.size() > kMaxStringBytes) {
+    return Status::invalid_argument(
+        fmt::format("auth_token is longer than {} bytes", kMaxStringBytes));
+  }
+  if (metrics_enabled) {
+    auto ml = is_loopback_address(metrics_address);
+    if (!ml.ok()) return Status::invalid_argument("metrics.address: " + ml.status().message());
+  }
+  if (io_threads == 0 || io_threads > 256) {
+    return Status::invalid_argument("io_threads must be in [1, 256]");
+  }
+  if (store_threads == 0 || store_threads > 1024) {
+    return Status::invalid_argument("store_threads must be in [1, 1024]");
+  }
+  if (max_connections == 0) return Status::invalid_argument("max_connections must be >= 1");
+  if (max_batch == 0 || max_batch > kMaxBatch) {
+    return Status::invalid_argument(fmt::format("max_batch must be in [1, {}]", kMaxBatch));
+  }
+  if (max_match_keys == 0 || max_match_keys > kMaxMatchKeys) {
+    return Status::invalid_argument(
+        fmt::format("max_match_keys must be in [1, {}]", kMaxMatchKeys));
+  }
+  if (store.max_object_bytes == 0 || store.max_object_bytes > kMaxDataBytes) {
+    return Status::invalid_argument(
+        fmt::format("store.max_object_bytes must be in [1, {}]", kMaxDataBytes));
+  }
+  if (max_data_bytes != 0 &&
+      (max_data_bytes < store.max_object_bytes || max_data_bytes > kMaxDataBytes)) {
+    return Status::invalid_argument(
+        fmt::format("max_data_bytes must be in [store.max_object_bytes = {}, {}]",
+                    store.max_object_bytes, kMaxDataBytes));
+  }
+  if (store.ram_bytes == 0 && !store.volume) {
+    return Status::invalid_argument(
+        "store needs a RAM tier (store.ram_bytes > 0), a volume, or both");
+  }
+  if (store.ram_bytes > 0 && store.ram_bytes < store.max_object_bytes) {
+    return Status::invalid_argument(
+        fmt::format("store.ram_bytes {} is smaller than one object of {} bytes", store.ram_bytes,
+                    store.max_object_bytes));
+  }
+  if (store.volume && store.volume->path.empty()) {
+    return Status::invalid_argument("store.volume.path is required");
+  }
+  return Status::ok_status();
+}
+
+Result<ServerConfig> parse_server_config(std::string_view json_text) {
+  json root;
+  try {
+    root = json::parse(json_text.begin(), json_text.end(), nullptr, true, /*ignore_comments=*/true);
+  } catch (const json::parse_error& e) {
+    return Status::invalid_argument(fmt::format("config is not valid JSON: {}", e.what()));
+  }
+  if (!root.is_object()) return Status::invalid_argument("config must be a JSON object");
+
+  ServerConfig c;
+  Fields f(root, "");
+  if (const json* v = f.find("listen")) {
+    KVTIER_RETURN_IF_ERROR(require_object(v, "listen"));
+    Fields l(*v, "listen");
+    KVTIER_RETURN_IF_ERROR(l.get_string("address", 256, &c.listen_address));
+    KVTIER_RETURN_IF_ERROR(l.get_uint_as("port", 0, 65535, &c.listen_port));
+    KVTIER_RETURN_IF_ERROR(l.finish());
+  }
+  if (const json* v = f.find("metrics")) {
+    KVTIER_RETURN_IF_ERROR(require_object(v, "metrics"));
+    Fields m(*v, "metrics");
+    KVTIER_RETURN_IF_ERROR(m.get_bool("enabled", &c.metrics_enabled));
+    KVTIER_RETURN_IF_ERROR(m.get_string("address", 256, &c.metrics_address));
+    KVTIER_RETURN_IF_ERROR(m.get_uint_as("port", 0, 65535, &c.metrics_port));
+    KVTIER_RETURN_IF_ERROR(m.finish());
+  } else if (root.contains("metrics")) {
+    c.metrics_enabled = false;  // "metrics": null turns the endpoint off
+  }
+  KVTIER_RETURN_IF_ERROR(f.get_uint_as("io_threads", 1, 256, &c.io_threads));
+  KVTIER_RETURN_IF_ERROR(f.get_uint_as("store_threads", 1, 1024, &c.store_threads));
+  KVTIER_RETURN_IF_ERROR(f.get_string("auth_token", kMaxStringBytes, &c.auth_token));
+  std::string token_file;
+  KVTIER_RETURN_IF_ERROR(f.get_string("auth_token_file", 4096, &token_file));
+  if (!token_file.empty()) {
+    if (!c.auth_token.empty()) {
+      return Status::invalid_argument("give auth_token or auth_token_file, not both");
+    }
+    auto t = read_file(token_file, kMaxStringBytes + 2);
+    if (!t.ok()) return Status::invalid_argument("auth_token_file: " + t.status().message());
+    std::string s = std::move(*t);
+    while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+    if (s.empty()) return Status::invalid_argument("auth_token_file is empty");
+    c.auth_token = std::move(s);
+  }
+  KVTIER_RETURN_IF_ERROR(f.get_uint_as("max_connections", 1, 1u << 20, &c.max_connections));
+  uint64_t max_data = c.max_data_bytes;
+  KVTIER_RETURN_IF_ERROR(f.get_size("max_data_bytes", 0, kMaxDataBytes, &max_data));
+  c.max_data_bytes = static_cast<uint32_t>(max_data);
+  KVTIER_RETURN_IF_ERROR(f.get_uint_as("max_batch", 1, kMaxBatch, &c.max_batch));
+  KVTIER_RETURN_IF_ERROR(f.get_uint_as("max_match_keys", 1, kMaxMatchKeys, &c.max_match_keys));
+  KVTIER_RETURN_IF_ERROR(f.get_uint_as("hello_timeout_ms", 1, 3600000, &c.hello_timeout_ms));
+  KVTIER_RETURN_IF_ERROR(f.get_string("server_name", kMaxNameBytes, &c.server_name));
+  if (const json* v = f.find("store")) {
+    KVTIER_RETURN_IF_ERROR(require_object(v, "store"));
+    KVTIER_RETURN_IF_ERROR(parse_store(*v, &c.store));
+  }
+  KVTIER_RETURN_IF_ERROR(f.finish());
+  KVTIER_RETURN_IF_ERROR(c.validate());
+  return c;
+}
+
+Result<ServerConfig> load_server_config(const std::string& path) {
+  auto text = read_file(path, 1u << 20);
+  if (!text.ok()) return Status(text.status().code(), "config: " + text.status().message());
+  auto c = parse_server_config(*text);
+  if (!c.ok()) return Status(c.status().code(), fmt::format("{}: {}", path, c.status().message()));
+  return c;
+}
+
+Result<kv::StoreOptions> make_store_options(const StoreConfig& config) {
+  kv::StoreOptions o;
+  o.ram_bytes = config.ram_bytes;
+  o.max_object_bytes = config.max_object_bytes;
+  o.promote_on_disk_hit = config.promote_on_disk_hit;
+  o.io_timeout_ms = config.io_timeout_ms;
+  o.disk.region_bytes = config.region_bytes;
+  o.disk_write_budget_bytes_per_sec = config.disk_write_budget_bytes_per_sec;
+  if (config.volume) {
+    blk::UringOptions u;
+    u.path = config.volume->path;
+    u.create_size = config.volume->size_bytes;
+    u.direct = config.volume->direct;
+    u.queue_depth = config.volume->queue_depth;
+    auto dev = blk::UringDevice::open(u);
+    if (!dev.ok()) {
+      return Status(dev.status().code(),
+                    fmt::format("volume {}: {}", u.path, dev.status().message()));
+    }
+    o.volume = std::shared_ptr<blk::BlockDevice>(std::move(*dev));
+  }
+  return o;
+}
+
+}  // namespace kvtier::net

@@ -1,0 +1,84 @@
+// ServerConfig: the configuration of `kvtier store serve`, read from a JSON
+// file (docs/store-service.md has the schema and an example). Parsing is
+// strict: an unknown key, a value of the wrong type or out of range is an
+// error that names the key, so a typo never silently falls back to a default.
+//
+// Security rule enforced here, before anything listens: a listener on an
+// address that is not loopback needs a shared auth token, because version 1
+// of the protocol has no encryption (docs/protocol-store.md, "Security").
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "kv/store.h"
+
+namespace kvtier::net {
+
+struct VolumeConfig {
+  std::string path;         // file or block device; a file is created if missing
+  uint64_t size_bytes = 0;  // a file is created/extended to this size (0: use as is)
+  bool direct = true;       // O_DIRECT (false for filesystems without it, e.g. tmpfs)
+  unsigned queue_depth = 64;
+};
+
+struct StoreConfig {
+  uint64_t ram_bytes = 1ull << 30;
+  uint32_t max_object_bytes = 1536u << 10;
+  std::optional<VolumeConfig> volume;  // none: RAM tier only
+  uint64_t region_bytes = 64ull << 20;
+  uint64_t io_timeout_ms = 2000;
+  bool promote_on_disk_hit = true;
+  uint64_t disk_write_budget_bytes_per_sec = 0;  // 0: unlimited
+};
+
+struct ServerConfig {
+  // Store protocol listener.
+  std::string listen_address = "127.0.0.1";
+  uint16_t listen_port = 7470;  // 0: pick a free port (printed at start)
+  // HTTP /metrics and /health.
+  bool metrics_enabled = true;
+  std::string metrics_address = "127.0.0.1";
+  uint16_t metrics_port = 7471;  // 0: pick a free port (printed at start)
+
+  unsigned io_threads = 2;     // threads running the sockets
+  unsigned store_threads = 4;  // threads running (possibly blocking) store calls
+  std::string auth_token;      // empty: none (allowed on loopback only)
+  uint32_t max_connections = 256;
+  // Per-frame limits the server enforces and announces in Hello. 0 for
+  // max_data_bytes means "derived": max(16 objects, 4 MiB), capped at the
+  // protocol's 64 MiB; memory per connection is bounded by it.
+  uint32_t max_data_bytes = 0;
+  uint32_t max_batch = 1024;
+  uint32_t max_match_keys = 65536;
+  uint32_t hello_timeout_ms = 5000;  // a connection must say Hello within this
+  std::string server_name = "kvtier";
+
+  StoreConfig store;
+
+  // Range checks and the loopback/token rule. parse_server_config() calls it.
+  Status validate() const;
+};
+
+// Parses the JSON text of a config. Keys absent keep their defaults.
+Result<ServerConfig> parse_server_config(std::string_view json_text);
+// Reads and parses a config file (the error names the file).
+Result<ServerConfig> load_server_config(const std::string& path);
+
+// Sizes may be given as integers (bytes) or strings with a binary suffix:
+// "512KiB", "64MiB", "1.5GiB", "2TiB" (also K, M, G, T and KB..TB, all
+// binary). Exposed for tests.
+Result<uint64_t> parse_size(std::string_view text);
+
+// Whether `address` is an IP literal on the loopback network (127.0.0.0/8, ::1).
+// An unparsable address gives an error.
+Result<bool> is_loopback_address(const std::string& address);
+
+// StoreOptions for `config`: opens (and creates) the volume when one is
+// configured.
+Result<kv::StoreOptions> make_store_options(const StoreConfig& config);
+
+}  // namespace kvtier::net

@@ -1,0 +1,1007 @@
+#include "net/store_server.h"
+
+#include <fmt/format.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <spdlog/spdlog.h>
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+
+#include "common/clock.h"
+#include "net/http_endpoint.h"
+#include "net/remote_store.h"
+
+namespace kvtier::net {
+
+using asio::ip::tcp;
+
+bool token_equal(std::string_view offered, std::string_view expected) {
+  // Hashing first makes the comparison independent of both lengths; the
+  // digests are then compared in constant time.
+  unsigned char a[EVP_MAX_MD_SIZE], b[EVP_MAX_MD_SIZE];
+  unsigned int la = 0, lb = 0;
+  if (EVP_Digest(offered.data(), offered.size(), a, &la, EVP_sha256(), nullptr) != 1 ||
+      EVP_Digest(expected.data(), expected.size(), b, &lb, EVP_sha256(), nullptr) != 1 ||
+      la != lb) {
+    return false;
+  }
+  return CRYPTO_memcmp(a, b, la) == 0;
+}
+
+// ---- FrameStreamReader ------------------------------------------------------------
+
+FrameStreamReader::FrameStreamReader(FrameLimits limits)
+    : decoder_(std::make_unique<FrameDecoder>(limits)) {}
+
+void FrameStreamReader::reset(FrameLimits limits, uint16_t version) {
+  decoder_ = std::make_unique<FrameDecoder>(limits);
+  decoder_->set_required_version(version);
+  parts_.clear();
+  data_done_ = 0;
+}
+
+Status FrameStreamReader::pump(bool data) {
+  while (ahead_pos_ < ahead_len_) {
+    auto st = decoder_->state();
+    bool wants = st == FrameDecoder::State::kHeader || st == FrameDecoder::State::kDescriptor ||
+                 (data && st == FrameDecoder::State::kData);
+    if (!wants) break;
+    MutableByteView w = decoder_->wanted();
+    if (w.empty()) break;
+    size_t n = std::min(w.size(), ahead_len_ - ahead_pos_);
+    std::memcpy(w.data(), ahead_.data() + ahead_pos_, n);
+    ahead_pos_ += n;
+    if (st == FrameDecoder::State::kData) data_done_ += n;
+    KVTIER_RETURN_IF_ERROR(decoder_->advance(n));
+  }
+  if (ahead_pos_ == ahead_len_) ahead_pos_ = ahead_len_ = 0;
+  return Status::ok_status();
+}
+
+asio::awaitable<Status> FrameStreamReader::read_head(Socket& socket, std::error_code& ec) {
+  ec = {};
+  parts_.clear();
+  data_done_ = 0;
+  for (;;) {
+    Status st = pump(false);
+    if (!st.ok()) co_return st;
+    auto state = decoder_->state();
+    if (state == FrameDecoder::State::kData || state == FrameDecoder::State::kReady) {
+      co_return Status::ok_status();
+    }
+    if (state == FrameDecoder::State::kFailed) co_return decoder_->error();
+    // The read-ahead buffer is empty here. Header or descriptor bytes go
+    // straight where the decoder wants them; whatever follows lands in the
+    // read-ahead buffer.
+    MutableByteView w = decoder_->wanted();
+    std::array<asio::mutable_buffer, 2> bufs{asio::buffer(w.data(), w.size()),
+                                             asio::buffer(ahead_.data(), ahead_.size())};
+    size_t n = co_await socket.async_read_some(bufs, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) co_return Status::unavailable("connection: " + ec.message());
+    bytes_read_ += n;
+    size_t k = std::min(n, w.size());
+    ahead_pos_ = 0;
+    ahead_len_ = n - k;
+    st = decoder_->advance(k);
+    if (!st.ok()) co_return st;
+  }
+}
+
+Status FrameStreamReader::set_data_destination(std::span<const MutableByteView> parts) {
+  KVTIER_RETURN_IF_ERROR(decoder_->set_data_destination(parts));
+  parts_.assign(parts.begin(), parts.end());
+  data_done_ = 0;
+  return Status::ok_status();
+}
+
+asio::awaitable<Status> FrameStreamReader::read_data(Socket& socket, std::error_code& ec) {
+  ec = {};
+  // Data bytes that arrived with the header (at most kReadAhead) are copied
+  // once; everything after them is read in place.
+  Status st = pump(true);
+  if (!st.ok()) co_return st;
+  std::vector<asio::mutable_buffer> bufs;
+  while (decoder_->state() == FrameDecoder::State::kData) {
+    bufs.clear();
+    size_t want = 0;
+    bool all = true;  // the list reaches the end of the data section
+    if (parts_.empty()) {
+      MutableByteView w = decoder_->wanted();  // the decoder's own buffer
+      bufs.push_back(asio::buffer(w.data(), w.size()));
+      want = w.size();
+    } else {
+      size_t skip = data_done_;
+      for (MutableByteView p : parts_) {
+        if (skip >= p.size()) {
+          skip -= p.size();
+          continue;
+        }
+        if (bufs.size() == kMaxReadParts) {  // one readv; the loop continues with the rest
+          all = false;
+          break;
+        }
+        bufs.push_back(asio::buffer(p.data() + skip, p.size() - skip));
+        want += p.size() - skip;
+        skip = 0;
+      }
+    }
+    // Bytes past the data section (the next frame) go to the read-ahead
+    // buffer; only when the list covers the whole rest of the section, or
+    // data bytes would land there.
+    if (all) bufs.push_back(asio::buffer(ahead_.data(), ahead_.size()));
+    size_t n = co_await socket.async_read_some(bufs, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) co_return Status::unavailable("connection: " + ec.message());
+    bytes_read_ += n;
+    size_t k = std::min(n, want);
+    ahead_pos_ = 0;
+    ahead_len_ = n - k;
+    data_done_ += k;
+    // The bytes are where the decoder wants them; advance it part by part
+    // (it computes the data CRC over them while they are still in cache).
+    while (k > 0) {
+      MutableByteView w = decoder_->wanted();
+      size_t m = std::min(k, w.size());
+      if (m == 0) co_return Status::internal("FrameStreamReader: data destination out of step");
+      st = decoder_->advance(m);
+      if (!st.ok()) co_return st;
+      k -= m;
+    }
+  }
+  if (decoder_->state() == FrameDecoder::State::kFailed) co_return decoder_->error();
+  co_return Status::ok_status();
+}
+
+// ---- StoreServer ---------------------------------------------------------------------
+
+namespace {
+
+// Runs `f` (a blocking store call) on `pool` and resumes the calling
+// coroutine on its own executor with the result.
+template <typename F>
+asio::awaitable<std::invoke_result_t<F&>> run_in_pool(asio::thread_pool& pool, F f) {
+  using R = std::invoke_result_t<F&>;
+  co_return co_await asio::async_initiate<const asio::use_awaitable_t<>&, void(R)>(
+      [&pool](auto handler, F fn) {
+        asio::post(pool, [h = std::move(handler), fn = std::move(fn)]() mutable {
+          R r = fn();
+          auto ex = asio::get_associated_executor(h);
+          asio::post(
+              ex, [h = std::move(h), r = std::move(r)]() mutable { std::move(h)(std::move(r)); });
+        });
+      },
+      asio::use_awaitable, std::move(f));
+}
+
+const char* op_label(MessageType t) {
+  switch (t) {
+    case MessageType::kHelloRequest:
+      return "hello";
+    case MessageType::kRegisterNamespaceRequest:
+      return "register_namespace";
+    case MessageType::kPutRequest:
+      return "put";
+    case MessageType::kGetRequest:
+      return "get";
+    case MessageType::kBatchPutRequest:
+      return "batch_put";
+    case MessageType::kBatchGetRequest:
+      return "batch_get";
+    case MessageType::kMatchPrefixRequest:
+      return "match_prefix";
+    case MessageType::kRemoveRequest:
+      return "remove";
+    case MessageType::kPinRequest:
+      return "pin";
+    case MessageType::kUnpinRequest:
+      return "unpin";
+    case MessageType::kStatsRequest:
+      return "stats";
+    default:
+      return "other";
+  }
+}
+constexpr size_t kOps = 12;  // request type codes 1..11, 0 = other
+size_t op_index(MessageType t) {
+  auto v = static_cast<uint16_t>(t);
+  return v >= 1 && v <= 11 ? v : 0;
+}
+
+// Names from clients go to the log; keep them printable.
+std::string printable(std::string_view s) {
+  std::string out(s.substr(0, 64));
+  for (char& ch : out) {
+    if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) > 0x7E) ch = '?';
+  }
+  return out;
+}
+
+constexpr size_t kMaxNamespacesPerConnection = 1024;
+constexpr FrameLimits kPreHelloLimits{8192, 0};  // a Hello request fits; nothing larger
+
+}  // namespace
+
+struct ServerMetrics {
+  explicit ServerMetrics(MetricsRegistry& r)
+      : connections(r.counter("kvtier_server_connections_total", "Connections accepted")),
+        active(r.gauge("kvtier_server_connections_active", "Connections being served")),
+        bytes_in(r.counter("kvtier_server_bytes_received_total", "Bytes read from clients")),
+        bytes_out(r.counter("kvtier_server_bytes_sent_total", "Bytes written to clients")),
+        frames_in(r.counter("kvtier_server_frames_received_total", "Complete frames received")),
+        frames_out(r.counter("kvtier_server_frames_sent_total", "Frames sent")) {
+    for (const char* reason :
+         {"max_connections", "auth", "version", "no_hello", "hello_timeout", "stopping"}) {
+      refused[reason] = &r.counter("kvtier_server_connections_refused_total",
+                                   "Connections refused or closed before serving, by reason",
+                                   fmt::format("reason=\"{}\"", reason));
+    }
+    for (size_t i = 1; i < malformed.size(); ++i) {
+      malformed[i] = &r.counter(
+          "kvtier_server_malformed_frames_total",
+          "Malformed frames (connection closed), by protocol error class",
+          fmt::format("class=\"{}\"", protocol_error_name(static_cast<ProtocolError>(i))));
+    }
+    for (size_t i = 1; i < error_responses.size(); ++i) {
+      error_responses[i] =
+          &r.counter("kvtier_server_error_responses_total",
+                     "Requests answered with an Error response, by status code",
+                     fmt::format("code=\"{}\"", status_code_name(static_cast<StatusCode>(i))));
+    }
+    for (size_t i = 0; i < kOps; ++i) {
+      const char* op = op_label(static_cast<MessageType>(i));
+      requests[i] = &r.counter("kvtier_server_requests_total", "Requests served, by operation",
+                               fmt::format("op=\"{}\"", op));
+      latency[i] = &r.histogram("kvtier_server_request_seconds",
+                                "Time from a request's last byte to its response's last byte",
+                                fmt::format("op=\"{}\"", op));
+    }
+  }
+  Counter& connections;
+  Gauge& active;
+  Counter &bytes_in, &bytes_out, &frames_in, &frames_out;
+  std::map<std::string, Counter*> refused;
+  std::array<Counter*, static_cast<size_t>(ProtocolError::kCount)> malformed{};
+  std::array<Counter*, static_cast<size_t>(StatusCode::kInternal) + 1> error_responses{};
+  std::array<Counter*, kOps> requests{};
+  std::array<Histogram*, kOps> latency{};
+};
+
+// One client connection. Everything in it is used on its strand only
+// (the socket's executor), except `id` and `peer`, which never change.
+struct ServerConnection {
+  ServerConnection(tcp::socket s, uint64_t id_)
+      : sock(std::move(s)), hello_timer(sock.get_executor()), id(id_), reader(kPreHelloLimits) {}
+  tcp::socket sock;
+  asio::steady_timer hello_timer;
+  uint64_t id;
+  std::string peer;
+  FrameStreamReader reader;
+  bool hello_done = false;
+  uint16_t version = kProtocolVersionMin;  // until Hello chose one
+  std::vector<uint16_t> namespaces;        // store handles registered on this connection
+  AlignedBuffer buf;                       // request data in, block bytes out
+  size_t buf_used = 0;                     // bytes of `buf` the current request uses
+  std::vector<std::byte> out;              // header + descriptor of the response
+  std::vector<asio::const_buffer> gather;
+  uint64_t bytes_in_counted = 0;
+
+  MutableByteView data_buffer(size_t n) {
+    buf_used = n;
+    if (buf.size() < n) {
+      // Grow in 64 KiB steps; bounded by the server's data limit.
+      buf = AlignedBuffer(align_up(n, 64u << 10), 4096);
+    }
+    return buf.subview(0, n);
+  }
+  void close() {
+    std::error_code ec;
+    hello_timer.cancel();
+    sock.shutdown(tcp::socket::shutdown_both, ec);
+    sock.close(ec);
+  }
+};
+
+struct StoreServer::Impl {
+  ServerConfig cfg;
+  std::unique_ptr<kv::Store> store;
+  ServerLimits limits;
+  FrameLimits frame_limits;
+  mutable std::mutex mu;  // guards the fields below
+  std::condition_variable cv;
+  std::unordered_map<uint64_t, std::shared_ptr<ServerConnection>> conns;
+  size_t active = 0;  // connections being served (not the refused ones)
+  uint64_t next_id = 1;
+  bool listening = false;
+  bool stopping = false;
+  bool stopped = false;
+  Status stop_status;
+
+  // Declared after everything a connection's coroutine uses, so that
+  // destroying the io_context (and any coroutine frame in it) finds them alive.
+  asio::io_context io;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  tcp::acceptor acceptor{asio::make_strand(io)};
+  std::optional<asio::thread_pool> pool;
+  std::vector<std::thread> threads;
+  std::unique_ptr<HttpEndpoint> http;
+  std::unique_ptr<ServerMetrics> m;
+  std::string bound_address;
+  uint16_t bound_port = 0;
+
+  // Mirrors of StoreStats fields the store's registry lacks (for /metrics).
+  std::mutex mirror_mu;
+  std::vector<Gauge*> mirror_gauges;      // by store_stat_fields() index
+  std::vector<Counter*> mirror_counters;  // by store_stat_fields() index
+  std::vector<uint64_t> mirror_last;
+
+  void setup_mirrors() {
+    const auto& fields = store_stat_fields();
+    mirror_gauges.assign(fields.size(), nullptr);
+    mirror_counters.assign(fields.size(), nullptr);
+    mirror_last.assign(fields.size(), 0);
+    MetricsRegistry& r = store->metrics();
+    for (size_t i = 0; i < fields.size(); ++i) {
+      const auto& f = fields[i];
+      if (f.kind == StoreStatField::Kind::kGauge) {
+        mirror_gauges[i] = &r.gauge(f.name, f.help, f.labels);
+      } else if (f.kind == StoreStatField::Kind::kCounter) {
+        mirror_counters[i] = &r.counter(f.name, f.help, f.labels);
+      }
+    }
+  }
+
+  kv::StoreStats refresh_mirrors() {
+    kv::StoreStats s = store->stats();
+    const auto& fields = store_stat_fields();
+    std::lock_guard lk(mirror_mu);
+    for (size_t i = 0; i < fields.size(); ++i) {
+      uint64_t v = fields[i].get(s);
+      if (mirror_gauges[i]) mirror_gauges[i]->set(static_cast<int64_t>(v));
+      if (mirror_counters[i]) {
+        if (v > mirror_last[i]) mirror_counters[i]->add(v - mirror_last[i]);
+        mirror_last[i] = std::max(v, mirror_last[i]);
+      }
+    }
+    return s;
+  }
+
+  std::string render_metrics() {
+    refresh_mirrors();
+    return store->metrics().render_prometheus();
+  }
+
+  // ---- sending -------------------------------------------------------------------
+
+  asio::awaitable<bool> send(ServerConnection& c, const Message& msg, uint64_t request_id,
+                             std::span<const ByteView> data = {}) {
+    c.out.clear();
+    const uint16_t version = c.version;
+    Status st = encode_message_prefix(msg, request_id, data, c.out, version);
+    if (!st.ok()) {
+      // A response this server built broke a protocol rule: a bug, but the
+      // client still gets an answer.
+      spdlog::error("store server: cannot encode {} for {}: {}",
+                    message_type_name(message_type_of(msg)), c.peer, st.to_string());
+      c.out.clear();
+      data = {};
+      Status enc = encode_message_prefix(
+          ErrorResponse::from_status(Status::internal("response encoding failed")), request_id, {},
+          c.out, version);
+      if (!enc.ok()) co_return false;
+    }
+    c.gather.clear();
+    c.gather.push_back(asio::buffer(c.out));
+    for (ByteView d : data) {
+      if (!d.empty()) c.gather.push_back(asio::buffer(d.data(), d.size()));
+    }
+    std::error_code ec;
+    size_t n =
+        co_await asio::async_write(c.sock, c.gather, asio::redirect_error(asio::use_awaitable, ec));
+    m->bytes_out.add(n);
+    if (ec) co_return false;
+    m->frames_out.add();
+    co_return true;
+  }
+
+  asio::awaitable<bool> send_error(ServerConnection& c, uint64_t request_id, const Status& st) {
+    auto code = static_cast<size_t>(st.code());
+    if (code > 0 && code < m->error_responses.size()) m->error_responses[code]->add();
+    co_return co_await send(c, ErrorResponse::from_status(st), request_id);
+  }
+
+  // Logs a malformed frame, answers it with one Error frame (best effort)
+  // and leaves the connection to be closed.
+  asio::awaitable<void> malformed(ServerConnection& c, const Status& st, uint64_t request_id) {
+    ProtocolError pe = protocol_error_of(st);
+    if (pe != ProtocolError::kNone) m->malformed[static_cast<size_t>(pe)]->add();
+    spdlog::warn("store server: malformed frame from {}: {}; closing that connection", c.peer,
+                 st.message());
+    co_await send_error(c, request_id, st);
+  }
+
+  Status check_ns(const ServerConnection& c, uint16_t ns) const {
+    for (uint16_t h : c.namespaces) {
+      if (h == ns) return Status::ok_status();
+    }
+    return Status::invalid_argument(
+        fmt::format("namespace handle {} was not registered on this connection", ns));
+  }
+
+  // ---- requests ------------------------------------------------------------------
+
+  asio::awaitable<bool> handle_hello(ServerConnection& c, const Frame& f) {
+    const FrameHeader& h = f.header;
+    if (h.type != MessageType::kHelloRequest) {
+      m->refused.at("no_hello")->add();
+      spdlog::warn("store server: {} sent {} before Hello; closing the connection", c.peer,
+                   message_type_name(h.type));
+      co_await send_error(
+          c, h.request_id,
+          Status::failed_precondition("the first request on a connection must be a Hello"));
+      co_return false;
+    }
+    auto req = decode_message_as<HelloRequest>(h, f.descriptor);
+    if (!req.ok()) {
+      co_await malformed(c, req.status(), h.request_id);
+      co_return false;
+    }
+    auto version = negotiate_version(req->min_version, req->max_version);
+    if (!version.ok()) {
+      m->refused.at("version")->add();
+      spdlog::warn("store server: {} (client '{}'): {}; closing the connection", c.peer,
+                   printable(req->client_name), version.status().message());
+      co_await send_error(c, h.request_id, version.status());
+      co_return false;
+    }
+    // The token is never logged, whatever happens.
+    if (!cfg.auth_token.empty() && !token_equal(req->auth_token, cfg.auth_token)) {
+      m->refused.at("auth")->add();
+      spdlog::warn("store server: {} (client '{}'): authentication failed; closing the connection",
+                   c.peer, printable(req->client_name));
+      co_await send_error(c, h.request_id,
+                          Status::rejected("authentication failed: wrong or missing auth token"));
+      co_return false;
+    }
+    c.hello_done = true;
+    c.hello_timer.cancel();
+    HelloResponse resp;
+    resp.version = *version;
+    resp.server_name = cfg.server_name;
+    resp.limits = limits;
+    // The Hello response is a version-1 frame (c.version is still 1) whatever
+    // was chosen; every later frame carries the chosen version.
+    bool ok = co_await send(c, resp, h.request_id);
+    c.version = *version;
+    c.reader.reset(frame_limits, *version);
+    spdlog::debug("store server: {} (client '{}') connected, protocol {}", c.peer,
+                  printable(req->client_name), *version);
+    co_return ok;
+  }
+
+  // Answers one decoded request; false closes the connection.
+  asio::awaitable<bool> handle(ServerConnection& c, const Frame& f) {
+    const FrameHeader& h = f.header;
+    const uint64_t rid = h.request_id;
+    if (!c.hello_done) co_return co_await handle_hello(c, f);
+    auto msg = decode_message(h, f.descriptor);
+    if (!msg.ok()) {
+      co_await malformed(c, msg.status(), rid);
+      co_return false;
+    }
+    kv::Store& s = *store;
+    ByteView data = c.buf.empty() ? ByteView{} : ByteView(c.buf.data(), h.data_len);
+    switch (h.type) {
+      case MessageType::kRegisterNamespaceRequest: {
+        auto& req = std::get<RegisterNamespaceRequest>(*msg);
+        if (c.namespaces.size() >= kMaxNamespacesPerConnection) {
+          co_return co_await send_error(
+              c, rid,
+              Status::out_of_space(fmt::format("at most {} namespaces per connection",
+                                               kMaxNamespacesPerConnection)));
+        }
+        auto r = s.register_namespace(req.ns);
+        if (!r.ok()) co_return co_await send_error(c, rid, r.status());
+        if (check_ns(c, *r).ok() == false) c.namespaces.push_back(*r);
+        co_return co_await send(c, RegisterNamespaceResponse{*r}, rid);
+      }
+      case MessageType::kPutRequest: {
+        auto& req = std::get<PutRequest>(*msg);
+        if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
+        auto r =
+            co_await run_in_pool(*pool, [&s, &req, data] { return s.put(req.ns, req.key, data); });
+        if (!r.ok()) co_return co_await send_error(c, rid, r.status());
+        co_return co_await send(c, PutResponse{PutOutcome::from(*r)}, rid);
+      }
+      case MessageType::kGetRequest: {
+        auto& req = std::get<GetRequest>(*msg);
+        if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
+        // No object is larger than max_object_bytes, so a larger client
+        // buffer needs no more room here.
+        MutableByteView out =
+            c.data_buffer(std::min<uint32_t>(req.buffer_bytes, limits.max_object_bytes));
+        auto r =
+            co_await run_in_pool(*pool, [&s, &req, out] { return s.get(req.ns, req.key, out); });
+        if (!r.ok()) co_return co_await send_error(c, rid, r.status());
+        GetResponse resp{GetOutcome::from(*r)};
+        ByteView part(out.data(), resp.result.length);
+        co_return co_await send(c, resp, rid, std::span<const ByteView>(&part, 1));
+      }
+      case MessageType::kBatchPutRequest: {
+        auto& req = std::get<BatchPutRequest>(*msg);
+        if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
+        if (req.items.size() > limits.max_batch) {
+          co_return co_await send_error(
+              c, rid,
+              Status::invalid_argument(fmt::format("batch of {} items exceeds the server's {}",
+                                                   req.items.size(), limits.max_batch)));
+        }
+        std::vector<kv::Key128> keys;
+        std::vector<ByteView> parts;
+        keys.reserve(req.items.size());
+        parts.reserve(req.items.size());
+        size_t off = 0;
+        for (const KeyLength& kl : req.items) {
+          keys.push_back(kl.key);
+          parts.push_back(data.subspan(off, kl.length));
+          off += kl.length;
+        }
+        auto r = co_await run_in_pool(
+            *pool, [&s, &req, &keys, &parts] { return s.batch_put(req.ns, keys, parts); });
+        if (!r.ok()) co_return co_await send_error(c, rid, r.status());
+        BatchPutResponse resp;
+        resp.results.reserve(r->size());
+        for (const kv::PutResult& pr : *r) resp.results.push_back(PutOutcome::from(pr));
+        co_return co_await send(c, resp, rid);
+      }
+      case MessageType::kBatchGetRequest: {
+        auto& req = std::get<BatchGetRequest>(*msg);
+        if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
+        if (req.items.size() > limits.max_batch) {
+          co_return co_await send_error(
+              c, rid,
+              Status::invalid_argument(fmt::format("batch of {} items exceeds the server's {}",
+                                                   req.items.size(), limits.max_batch)));
+        }
+        uint64_t need = 0;
+        for (const KeyLength& kl : req.items) {
+          need += std::min<uint32_t>(kl.length, limits.max_object_bytes);
+        }
+        if (need > limits.max_data_bytes) {
+          co_return co_await send_error(
+              c, rid,
+              Status::invalid_argument(fmt::format(
+                  "batch buffers of {} bytes exceed the server's max_data_bytes {}; split it", need,
+                  limits.max_data_bytes)));
+        }
+        MutableByteView area = c.data_buffer(need);
+        std::vector<kv::BatchGetItem> items;
+        items.reserve(req.items.size());
+        size_t off = 0;
+        for (const KeyLength& kl : req.items) {
+          size_t len = std::min<uint32_t>(kl.length, limits.max_object_bytes);
+          items.push_back({kl.key, area.subspan(off, len)});
+          off += len;
+        }
+        auto r =
+            co_await run_in_pool(*pool, [&s, &req, &items] { return s.batch_get(req.ns, items); });
+        if (!r.ok()) co_return co_await send_error(c, rid, r.status());
+        BatchGetResponse resp;
+        std::vector<ByteView> parts;
+        resp.results.reserve(r->size());
+        for (size_t i = 0; i < r->size(); ++i) {
+          resp.results.push_back(GetOutcome::from((*r)[i]));
+          if (resp.results.back().hit) {
+            parts.push_back(ByteView(items[i].out.data(), resp.results.back().length));
+          }
+        }
+        co_return co_await send(c, resp, rid, parts);
+      }
+      case MessageType::kMatchPrefixRequest: {
+        auto& req = std::get<MatchPrefixRequest>(*msg);
+        if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
+        if (req.keys.size() > limits.max_match_keys) {
+          co_return co_await send_error(
+              c, rid,
+              Status::invalid_argument(fmt::format("{} keys exceed the server's max_match_keys {}",
+                                                   req.keys.size(), limits.max_match_keys)));
+        }
+        // match_prefix never touches the disk: run it here.
+        auto r = s.match_prefix(req.ns, req.keys);
+        if (!r.ok()) co_return co_await send_error(c, rid, r.status());
+        co_return co_await send(c, MatchPrefixResponse::from(*r), rid);
+      }
+      case MessageType::kRemoveRequest: {
+        auto& req = std::get<RemoveRequest>(*msg);
+        if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
+        auto r = co_await run_in_pool(*pool, [&s, &req] { return s.remove(req.ns, req.key); });
+        if (!r.ok()) co_return co_await send_error(c, rid, r.status());
+        co_return co_await send(c, RemoveResponse{*r}, rid);
+      }
+      case MessageType::kPinRequest:
+      case MessageType::kUnpinRequest: {
+        bool pin = h.type == MessageType::kPinRequest;
+        uint16_t ns = pin ? std::get<PinRequest>(*msg).ns : std::get<UnpinRequest>(*msg).ns;
+        const std::vector<kv::Key128>& keys =
+            pin ? std::get<PinRequest>(*msg).keys : std::get<UnpinRequest>(*msg).keys;
+        if (Status st = check_ns(c, ns); !st.ok()) co_return co_await send_error(c, rid, st);
+        if (keys.size() > limits.max_match_keys) {
+          co_return co_await send_error(
+              c, rid,
+              Status::invalid_argument(fmt::format("{} keys exceed the server's max_match_keys {}",
+                                                   keys.size(), limits.max_match_keys)));
+        }
+        Result<size_t> r =
+            pin ? s.pin(ns, keys, std::get<PinRequest>(*msg).ttl_ms) : s.unpin(ns, keys);
+        if (!r.ok()) co_return co_await send_error(c, rid, r.status());
+        auto n = static_cast<uint32_t>(*r);
+        if (pin) co_return co_await send(c, PinResponse{n}, rid);
+        co_return co_await send(c, UnpinResponse{n}, rid);
+      }
+      case MessageType::kStatsRequest: {
+        auto& req = std::get<StatsRequest>(*msg);
+        StatsResponse resp;
+        std::string json;
+        build_stats(req.format, &resp, &json);
+        ByteView part(reinterpret_cast<const std::byte*>(json.data()), json.size());
+        co_return co_await send(c, resp, rid, std::span<const ByteView>(&part, 1));
+      }
+      case MessageType::kHelloRequest:
+        co_return co_await send_error(
+            c, rid, Status::failed_precondition("Hello was already done on this connection"));
+      default:
+        co_return co_await send_error(c, rid,
+                                      Status::invalid_argument(fmt::format(
+                                          "{} is not a request", message_type_name(h.type))));
+    }
+  }
+
+  void build_stats(StatsFormat format, StatsResponse* resp, std::string* json_out) {
+    kv::StoreStats s = refresh_mirrors();
+    std::vector<StatCounter> counters = store_stats_to_counters(s);
+    // Server metrics (counters and gauges) from the shared registry.
+    nlohmann::json reg = nlohmann::json::parse(store->metrics().render_json(), nullptr, false);
+    if (reg.is_object()) {
+      for (auto it = reg.begin(); it != reg.end(); ++it) {
+        if (it.key().rfind("kvtier_server_", 0) != 0) continue;
+        if (it.value().is_number_unsigned()) {
+          counters.push_back({it.key(), it.value().get<uint64_t>()});
+        } else if (it.value().is_number_integer()) {
+          counters.push_back(
+              {it.key(), static_cast<uint64_t>(std::max<int64_t>(0, it.value().get<int64_t>()))});
+        } else if (it.value().is_object() && it.value().contains("count")) {
+          std::string key = it.key();
+          size_t brace = key.find('{');
+          std::string name = brace == std::string::npos
+                                 ? key + "_count"
+                                 : key.substr(0, brace) + "_count" + key.substr(brace);
+          counters.push_back({name, it.value()["count"].get<uint64_t>()});
+        }
+      }
+    }
+    if (format == StatsFormat::kCounters) {
+      for (StatCounter& sc : counters) {
+        if (resp->counters.size() == kMaxStatsCounters) break;
+        if (sc.name.size() <= kMaxNameBytes) resp->counters.push_back(std::move(sc));
+      }
+      return;
+    }
+    nlohmann::json j;
+    j["server"] = {{"name", cfg.server_name},
+                   {"address", bound_address},
+                   {"port", bound_port},
+                   {"active_connections", active_count()}};
+    nlohmann::json cj = nlohmann::json::object();
+    for (const StatCounter& sc : counters) cj[sc.name] = sc.value;
+    j["counters"] = std::move(cj);
+    if (reg.is_object()) j["metrics"] = std::move(reg);
+    *json_out = j.dump();
+    if (json_out->size() > limits.max_data_bytes) *json_out = "{}";
+    resp->json_bytes = static_cast<uint32_t>(json_out->size());
+  }
+
+  size_t active_count() const {
+    std::lock_guard lk(mu);
+    return active;
+  }
+
+  // ---- connections -----------------------------------------------------------------
+
+  asio::awaitable<void> serve(std::shared_ptr<ServerConnection> c) {
+    struct Done {
+      Impl* impl;
+      std::shared_ptr<ServerConnection> c;
+      ~Done() { impl->finish(*c, false); }
+    } done{this, c};
+    std::weak_ptr<ServerConnection> weak = c;
+    c->hello_timer.expires_after(std::chrono::milliseconds(cfg.hello_timeout_ms));
+    c->hello_timer.async_wait([this, weak](std::error_code ec) {
+      auto conn = weak.lock();
+      if (ec || !conn || conn->hello_done) return;
+      m->refused.at("hello_timeout")->add();
+      spdlog::warn("store server: {} sent no Hello within {} ms; closing the connection",
+                   conn->peer, cfg.hello_timeout_ms);
+      conn->close();
+    });
+
+    for (;;) {
+      std::error_code ec;
+      Status st = co_await c->reader.read_head(c->sock, ec);
+      if (st.ok() && c->reader.decoder().state() == FrameDecoder::State::kData) {
+        // Every data section goes into the connection's buffer (bounded by
+        // the frame limits, checked with the header): the store copies it
+        // into its RAM slot from there.
+        MutableByteView dst = c->data_buffer(c->reader.decoder().header().data_len);
+        st = c->reader.set_data_destination(std::span<const MutableByteView>(&dst, 1));
+        if (st.ok()) st = co_await c->reader.read_data(c->sock, ec);
+      }
+      count_bytes_in(*c);
+      if (ec) {
+        spdlog::debug("store server: {} closed: {}", c->peer, ec.message());
+        break;
+      }
+      if (!st.ok()) {
+        co_await malformed(*c, st, c->reader.decoder().header().request_id);
+        break;
+      }
+      Frame f = c->reader.decoder().take_frame();
+      m->frames_in.add();
+      const uint64_t t0 = now_ns();
+      bool keep = co_await handle(*c, f);
+      size_t op = op_index(f.header.type);
+      m->requests[op]->add();
+      m->latency[op]->record(now_ns() - t0);
+      if (!keep) break;
+      // A big buffer is kept while big requests keep coming (no allocation
+      // and page faults per batch), and given back when they stop.
+      if (c->buf.size() > std::max<size_t>(4ull * limits.max_object_bytes, 1u << 20) &&
+          c->buf_used < c->buf.size() / 4) {
+        c->buf = AlignedBuffer();
+      }
+      c->buf_used = 0;
+    }
+    c->close();
+  }
+
+  void count_bytes_in(ServerConnection& c) {
+    uint64_t total = c.reader.bytes_read();
+    m->bytes_in.add(total - c.bytes_in_counted);
+    c.bytes_in_counted = total;
+  }
+
+  // A connection over the limit: one Error frame, then close once the
+  // client has read it (or after a short grace period).
+  asio::awaitable<void> refuse(std::shared_ptr<ServerConnection> c, Status why) {
+    struct Done {
+      Impl* impl;
+      std::shared_ptr<ServerConnection> c;
+      ~Done() { impl->finish(*c, true); }
+    } done{this, c};
+    co_await send_error(*c, 0, why);
+    std::error_code ec;
+    c->sock.shutdown(tcp::socket::shutdown_send, ec);
+    c->hello_timer.expires_after(std::chrono::milliseconds(500));
+    c->hello_timer.async_wait([c](std::error_code e) {
+      if (!e) c->close();
+    });
+    std::array<std::byte, 512> sink;
+    for (;;) {
+      co_await c->sock.async_read_some(asio::buffer(sink),
+                                       asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) break;
+    }
+    c->close();
+  }
+
+  void finish(ServerConnection& c, bool refused) {
+    std::lock_guard lk(mu);
+    conns.erase(c.id);
+    if (!refused) {
+      --active;
+      m->active.set(static_cast<int64_t>(active));
+    }
+    cv.notify_all();
+  }
+
+  asio::awaitable<void> listen() {
+    for (;;) {
+      tcp::socket sock(asio::make_strand(io));
+      std::error_code ec;
+      co_await acceptor.async_accept(sock, asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) {
+        if (ec == asio::error::operation_aborted || !acceptor.is_open()) break;
+        spdlog::warn("store server: accept failed: {}", ec.message());
+        // Out of descriptors and the like: do not spin.
+        asio::steady_timer t(acceptor.get_executor(), std::chrono::milliseconds(50));
+        co_await t.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        continue;
+      }
+      sock.set_option(tcp::no_delay(true), ec);
+      std::string peer = "?";
+      auto ep = sock.remote_endpoint(ec);
+      if (!ec) peer = fmt::format("{}:{}", ep.address().to_string(), ep.port());
+      std::shared_ptr<ServerConnection> c;
+      bool over = false;
+      {
+        std::lock_guard lk(mu);
+        if (stopping) {
+          sock.close(ec);
+          m->refused.at("stopping")->add();
+          continue;
+        }
+        c = std::make_shared<ServerConnection>(std::move(sock), next_id++);
+        c->peer = peer;
+        over = active >= cfg.max_connections;
+        if (!over) {
+          ++active;
+          m->active.set(static_cast<int64_t>(active));
+        }
+        conns[c->id] = c;
+      }
+      m->connections.add();
+      if (over) {
+        m->refused.at("max_connections")->add();
+        spdlog::warn("store server: refusing {}: {} connections already (max_connections)", peer,
+                     cfg.max_connections);
+        asio::co_spawn(c->sock.get_executor(),
+                       refuse(c, Status::unavailable(fmt::format(
+                                     "server at its connection limit ({})", cfg.max_connections))),
+                       asio::detached);
+      } else {
+        asio::co_spawn(c->sock.get_executor(), serve(c), asio::detached);
+      }
+    }
+    std::lock_guard lk(mu);
+    listening = false;
+    cv.notify_all();
+  }
+
+  Status stop() {
+    std::vector<std::shared_ptr<ServerConnection>> to_close;
+    {
+      std::lock_guard lk(mu);
+      if (stopped) return stop_status;
+      if (stopping) return Status::failed_precondition("stop already in progress");
+      stopping = true;
+      for (auto& [id, c] : conns) to_close.push_back(c);
+    }
+    http.reset();
+    asio::post(acceptor.get_executor(), [this] {
+      std::error_code ec;
+      acceptor.close(ec);
+    });
+    for (auto& c : to_close) {
+      asio::post(c->sock.get_executor(), [c] { c->close(); });
+    }
+    to_close.clear();
+    {
+      std::unique_lock lk(mu);
+      // Store calls in progress finish first (bounded by the store's I/O timeout).
+      cv.wait(lk, [&] { return conns.empty() && !listening; });
+    }
+    work.reset();
+    io.stop();
+    for (auto& t : threads) t.join();
+    threads.clear();
+    pool->join();
+    Status st = store->close();
+    if (!st.ok()) spdlog::error("store server: closing the store failed: {}", st.to_string());
+    std::lock_guard lk(mu);
+    stopped = true;
+    stop_status = st;
+    return st;
+  }
+};
+
+StoreServer::StoreServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+StoreServer::~StoreServer() {
+  if (impl_) (void)stop();
+}
+
+Result<std::unique_ptr<StoreServer>> StoreServer::start(const ServerConfig& config,
+                                                        std::unique_ptr<kv::Store> store) {
+  KVTIER_RETURN_IF_ERROR(config.validate());
+  auto impl = std::make_unique<Impl>();
+  impl->cfg = config;
+  if (!store) {
+    auto opts = make_store_options(config.store);
+    if (!opts.ok()) return opts.status();
+    auto s = kv::Store::open(*opts);
+    if (!s.ok()) return Status(s.status().code(), "opening the store: " + s.status().message());
+    store = std::move(*s);
+  }
+  impl->store = std::move(store);
+  Impl& I = *impl;
+
+  // Limits: announced in Hello and enforced on every frame.
+  const uint32_t max_object = I.store->options().max_object_bytes;
+  if (max_object > kMaxDataBytes) {
+    return Status::invalid_argument(
+        fmt::format("max_object_bytes {} exceeds the protocol's {}", max_object, kMaxDataBytes));
+  }
+  uint64_t max_data = config.max_data_bytes;
+  if (max_data == 0) {
+    max_data = std::max<uint64_t>(16ull * max_object, 4u << 20);
+  }
+  max_data = std::clamp<uint64_t>(max_data, max_object, kMaxDataBytes);
+  uint64_t max_desc = std::max<uint64_t>(
+      {64u << 10, 6 + 16ull * config.max_match_keys + 16, 6 + 20ull * config.max_batch + 16});
+  max_desc = std::min<uint64_t>(max_desc, kMaxDescriptorBytes);
+  I.limits.max_object_bytes = max_object;
+  I.limits.max_batch = config.max_batch;
+  I.limits.max_match_keys = config.max_match_keys;
+  I.limits.max_descriptor_bytes = static_cast<uint32_t>(max_desc);
+  I.limits.max_data_bytes = static_cast<uint32_t>(max_data);
+  I.frame_limits = {I.limits.max_descriptor_bytes, I.limits.max_data_bytes};
+
+  I.m = std::make_unique<ServerMetrics>(I.store->metrics());
+  I.setup_mirrors();
+
+  std::error_code ec;
+  auto addr = asio::ip::make_address(config.listen_address, ec);
+  if (ec)
+    return Status::invalid_argument(fmt::format("bad listen address '{}'", config.listen_address));
+  tcp::endpoint ep(addr, config.listen_port);
+  I.acceptor.open(ep.protocol(), ec);
+  if (!ec) I.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) I.acceptor.bind(ep, ec);
+  if (!ec) I.acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return Status::unavailable(fmt::format("cannot listen on {}:{}: {}", config.listen_address,
+                                           config.listen_port, ec.message()));
+  }
+  I.bound_address = config.listen_address;
+  I.bound_port = I.acceptor.local_endpoint().port();
+
+  if (config.metrics_enabled) {
+    HttpEndpointOptions ho;
+    ho.address = config.metrics_address;
+    ho.port = config.metrics_port;
+    Impl* raw = &I;
+    auto http = HttpEndpoint::start(ho, [raw](const std::string& path) -> HttpResponse {
+      if (path == "/metrics") {
+        return {200, "text/plain; version=0.0.4; charset=utf-8", raw->render_metrics()};
+      }
+      if (path == "/health") {
+        bool stopping;
+        {
+          std::lock_guard lk(raw->mu);
+          stopping = raw->stopping;
+        }
+        if (stopping) return {503, "text/plain", "stopping\n"};
+        return {200, "text/plain", "ok\n"};
+      }
+      return {404, "text/plain", "not found (try /metrics or /health)\n"};
+    });
+    if (!http.ok())
+      return Status(http.status().code(), "metrics endpoint: " + http.status().message());
+    I.http = std::move(*http);
+  }
+
+  I.pool.emplace(config.store_threads);
+  I.work.emplace(I.io.get_executor());
+  I.listening = true;
+  asio::co_spawn(I.acceptor.get_executor(), I.listen(), asio::detached);
+  for (unsigned i = 0; i < config.io_threads; ++i) {
+    I.threads.emplace_back([&I] { I.io.run(); });
+  }
+  spdlog::info("store server: listening on {}:{} ({} I/O threads, {} store threads)",
+               I.bound_address, I.bound_port, config.io_threads, config.store_threads);
+  return std::unique_ptr<StoreServer>(new StoreServer(std::move(impl)));
+}
+
+Status StoreServer::stop() { return impl_->stop(); }
+std::string StoreServer::address() const { return impl_->bound_address; }
+uint16_t StoreServer::port() const { return impl_->bound_port; }
+uint16_t StoreServer::metrics_port() const { return impl_->http ? impl_->http->port() : 0; }
+const ServerLimits& StoreServer::limits() const { return impl_->limits; }
+size_t StoreServer::active_connections() const { return impl_->active_count(); }
+kv::Store& StoreServer::store() { return *impl_->store; }
+std::string StoreServer::render_metrics() { return impl_->render_metrics(); }
+
+}  // namespace kvtier::net

@@ -1,0 +1,206 @@
+// `kvtier store serve` and `kvtier store stats`: run the store service, and
+// ask a running one for its statistics. docs/store-service.md describes both.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "net/remote_store.h"
+#include "net/server_config.h"
+#include "net/store_server.h"
+#include "tools/commands.h"
+
+namespace kvtier::tools {
+
+void add_store_commands(CLI::App& app);
+
+namespace {
+
+// Logs go to stderr: stdout carries `stats` output that scripts parse (the
+// process-wide default logger writes to stdout). Level and pattern are the
+// ones init_logging() set.
+void log_to_stderr() {
+  if (!spdlog::get("kvtier-stderr")) {
+    spdlog::set_default_logger(spdlog::stderr_color_mt("kvtier-stderr"));
+  }
+}
+
+std::string host_port(const std::string& host, uint16_t port) {
+  if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
+  return host + ":" + std::to_string(port);
+}
+
+int run_serve(const std::string& config_path) {
+  log_to_stderr();
+  auto cfg = net::load_server_config(config_path);
+  if (!cfg.ok()) {
+    std::fprintf(stderr, "kvtier store serve: %s\n", cfg.status().message().c_str());
+    return 2;
+  }
+  // SIGINT and SIGTERM are blocked in every thread (the server's threads
+  // inherit the mask) and taken by sigwait() below, so a stop is always the
+  // graceful one: connections closed, store checkpointed.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto server = net::StoreServer::start(*cfg);
+  if (!server.ok()) {
+    std::fprintf(stderr, "kvtier store serve: %s\n", server.status().to_string().c_str());
+    return 1;
+  }
+  std::string metrics = "metrics disabled";
+  if ((*server)->metrics_port() != 0) {
+    metrics = "metrics on http://" + host_port(cfg->metrics_address, (*server)->metrics_port()) +
+              "/metrics";
+  }
+  std::fprintf(stderr, "kvtier store serve: listening on %s, %s (pid %d)\n",
+               host_port((*server)->address(), (*server)->port()).c_str(), metrics.c_str(),
+               static_cast<int>(getpid()));
+  std::fflush(stderr);
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  std::fprintf(stderr, "kvtier store serve: %s, stopping\n", strsignal(sig));
+  std::fflush(stderr);
+  Status st = (*server)->stop();
+  if (!st.ok()) {
+    std::fprintf(stderr, "kvtier store serve: stop: %s\n", st.to_string().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "kvtier store serve: stopped\n");
+  return 0;
+}
+
+struct StatsCli {
+  std::string address = "127.0.0.1:7470";
+  std::string token;
+  std::string token_file;
+  uint32_t timeout_ms = 3000;
+  bool json = false;
+};
+
+// "host:port", "[v6]:port".
+bool split_address(const std::string& a, std::string* host, uint16_t* port) {
+  size_t colon = a.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == a.size()) return false;
+  std::string h = a.substr(0, colon);
+  if (h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  unsigned long p = 0;
+  try {
+    size_t used = 0;
+    p = std::stoul(a.substr(colon + 1), &used);
+    if (used != a.size() - colon - 1) return false;
+  } catch (...) {
+    return false;
+  }
+  if (p == 0 || p > 65535 || h.empty()) return false;
+  *host = h;
+  *port = static_cast<uint16_t>(p);
+  return true;
+}
+
+int run_stats(const StatsCli& cli) {
+  log_to_stderr();
+  net::RemoteStoreOptions o;
+  if (!split_address(cli.address, &o.host, &o.port)) {
+    std::fprintf(stderr, "kvtier store stats: --address must be HOST:PORT, got '%s'\n",
+                 cli.address.c_str());
+    return 2;
+  }
+  o.auth_token = cli.token;
+  if (!cli.token_file.empty()) {
+    std::ifstream in(cli.token_file);
+    if (!in) {
+      std::fprintf(stderr, "kvtier store stats: cannot read %s\n", cli.token_file.c_str());
+      return 2;
+    }
+    std::getline(in, o.auth_token);
+  }
+  o.client_name = "kvtier-store-stats";
+  o.connections = 1;
+  o.call_timeout_ms = cli.timeout_ms;
+  o.connect_timeout_ms = cli.timeout_ms;
+  auto client = net::RemoteStore::open(o);
+  if (!client.ok()) {
+    std::fprintf(stderr, "kvtier store stats: %s\n", client.status().to_string().c_str());
+    return 2;
+  }
+  Status up = (*client)->wait_connected(cli.timeout_ms);
+  if (!up.ok()) {
+    std::fprintf(stderr, "kvtier store stats: %s: %s\n", cli.address.c_str(),
+                 up.to_string().c_str());
+    return 1;
+  }
+  if (cli.json) {
+    auto j = (*client)->stats_json();
+    if (!j.ok()) {
+      std::fprintf(stderr, "kvtier store stats: %s\n", j.status().to_string().c_str());
+      return 1;
+    }
+    auto parsed = nlohmann::json::parse(*j, nullptr, false);
+    std::cout << (parsed.is_discarded() ? *j : parsed.dump(2)) << std::endl;
+    return 0;
+  }
+  auto counters = (*client)->stat_counters();
+  if (!counters.ok()) {
+    std::fprintf(stderr, "kvtier store stats: %s\n", counters.status().to_string().c_str());
+    return 1;
+  }
+  size_t width = 0;
+  for (const auto& c : *counters) width = std::max(width, c.name.size());
+  std::ostringstream out;
+  out << "store at " << cli.address << "\n";
+  for (const auto& c : *counters) {
+    out << c.name << std::string(width + 2 - c.name.size(), ' ') << c.value << "\n";
+  }
+  std::cout << out.str() << std::flush;
+  return 0;
+}
+
+}  // namespace
+
+void add_store_commands(CLI::App& app) {
+  auto* store = app.add_subcommand("store", "Run the store service, or query a running one");
+  store->require_subcommand(1);
+
+  auto config = std::make_shared<std::string>();
+  auto* serve = store->add_subcommand(
+      "serve",
+      "Serve a store (RAM tier, optional disk tier) over TCP until SIGINT/SIGTERM; "
+      "/metrics and /health on a separate HTTP port. See docs/store-service.md");
+  serve->add_option("--config", *config, "JSON configuration file (docs/store-service.md)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  serve->callback([config] { std::exit(run_serve(*config)); });
+
+  auto cli = std::make_shared<StatsCli>();
+  auto* stats = store->add_subcommand("stats", "Print the statistics of a running store");
+  stats->add_option("--address", cli->address, "HOST:PORT of the store service")
+      ->capture_default_str();
+  stats->add_option("--token", cli->token,
+                    "Auth token (visible to other users in the process list: prefer --token-file)");
+  stats->add_option("--token-file", cli->token_file, "File whose first line is the auth token");
+  stats->add_option("--timeout-ms", cli->timeout_ms, "Connect and call timeout")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 600000u));
+  stats->add_flag("--json", cli->json, "Print one JSON object instead of a table");
+  stats->callback([cli] { std::exit(run_stats(*cli)); });
+}
+
+}  // namespace kvtier::tools
