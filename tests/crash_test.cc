@@ -288,7 +288,7 @@ StoreOptions verify_options(const std::string& volume) {
   o.max_object_bytes = kObj;
   if (dev.ok()) o.volume = std::shared_ptr<blk::BlockDevice>(std::move(dev).value());
   o.disk.region_bytes = kRegionBytes;
-  o.disk.flush_chunk_bytes = 1u << 20;
+  o.disk.flush_chunk_bytes = 256u << 10;
   o.disk.format_if_invalid = false;  // a reformat would silently "lose" everything
   o.promote_on_disk_hit = false;     // checks only read
   o.io_timeout_ms = 10000;

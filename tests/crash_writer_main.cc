@@ -101,6 +101,10 @@ int main(int argc, char** argv) {
   uo.path = argv[1];
   uo.create_size = volume_bytes;
   uo.direct = true;
+  // A shallow ring with small region-write chunks: sealed regions and
+  // flushes queue requests in the device's user-space backlog, which a kill
+  // loses, so a flush that returned before its writes completed would show.
+  uo.queue_depth = 4;
   auto dev = blk::UringDevice::open(uo);
   if (!dev.ok()) {
     std::fprintf(stderr, "crash_writer: %s\n", dev.status().to_string().c_str());
@@ -111,7 +115,7 @@ int main(int argc, char** argv) {
   so.max_object_bytes = static_cast<uint32_t>(object_bytes);
   so.volume = std::shared_ptr<blk::BlockDevice>(std::move(dev).value());
   so.disk.region_bytes = region_bytes;
-  so.disk.flush_chunk_bytes = 1u << 20;
+  so.disk.flush_chunk_bytes = 256u << 10;
   auto opened = Store::open(so);
   if (!opened.ok()) {
     std::fprintf(stderr, "crash_writer: %s\n", opened.status().to_string().c_str());
