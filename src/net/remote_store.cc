@@ -345,27 +345,32 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
     while (!self->closing()) {
       Status st = co_await self->open_session();
       if (st.ok()) {
-        backoff = o.reconnect_min_ms;
         warned = false;
         self->shared_.sessions.fetch_add(1, std::memory_order_relaxed);
         spdlog::info("store client: connection {} to {}:{} up", self->index_, o.host, o.port);
+        const auto started = Clock::now();
         Status why = co_await self->read_loop();
         self->end_session(why);
-        if (!self->closing()) {
-          spdlog::warn("store client: connection {} to {}:{} lost: {}", self->index_, o.host,
-                       o.port, why.message());
-          self->shared_.record_error(why);
+        if (self->closing()) break;
+        spdlog::warn("store client: connection {} to {}:{} lost: {}", self->index_, o.host, o.port,
+                     why.message());
+        self->shared_.record_error(why);
+        if (Clock::now() - started >= std::chrono::seconds(1)) {
+          backoff = o.reconnect_min_ms;
+          continue;  // reconnect at once after a session that worked
         }
-        continue;  // reconnect at once after a session that worked
-      }
-      self->abort_socket();
-      if (self->closing()) break;
-      self->shared_.connect_failures.fetch_add(1, std::memory_order_relaxed);
-      self->shared_.record_error(st);
-      if (!warned) {
-        spdlog::debug("store client: connection {} to {}:{}: {} (retrying with backoff)",
-                      self->index_, o.host, o.port, st.to_string());
-        warned = true;
+        // A session that died young (a server that accepts and drops) is
+        // retried with backoff, like a failed connect.
+      } else {
+        self->abort_socket();
+        if (self->closing()) break;
+        self->shared_.connect_failures.fetch_add(1, std::memory_order_relaxed);
+        self->shared_.record_error(st);
+        if (!warned) {
+          spdlog::debug("store client: connection {} to {}:{}: {} (retrying with backoff)",
+                        self->index_, o.host, o.port, st.to_string());
+          warned = true;
+        }
       }
       self->backoff_timer_.expires_after(std::chrono::milliseconds(backoff));
       std::error_code ec;

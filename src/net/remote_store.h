@@ -14,9 +14,11 @@
 // when a call ran out of time), match_prefix matches 0 blocks, put and
 // batch_put report refused blocks (RefuseReason::kDiskError: the tier could
 // not take them), remove returns false and pin/unpin 0. Each connection
-// reconnects by itself with exponential backoff (reconnect_min_ms ..
-// reconnect_max_ms). Namespaces are registered per connection, lazily and
-// again after every reconnect; the handles this class returns never change.
+// reconnects by itself (at once after a connection that worked, else with
+// exponential backoff, reconnect_min_ms .. reconnect_max_ms), also when two
+// calls in a row time out without any frame arriving (a peer gone silent).
+// Namespaces are registered per connection, lazily and again after every
+// reconnect; the handles this class returns never change.
 // A non-OK Status is, as with kv::Store, reserved for bad input (and for the
 // server's answer to bad input), plus stats(), which cannot invent numbers.
 //

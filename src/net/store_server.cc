@@ -311,6 +311,7 @@ struct StoreServer::Impl {
   std::unique_ptr<kv::Store> store;
   ServerLimits limits;
   FrameLimits frame_limits;
+  std::unique_ptr<ServerMetrics> m;
   mutable std::mutex mu;  // guards the fields below
   std::condition_variable cv;
   std::unordered_map<uint64_t, std::shared_ptr<ServerConnection>> conns;
@@ -329,7 +330,6 @@ struct StoreServer::Impl {
   std::optional<asio::thread_pool> pool;
   std::vector<std::thread> threads;
   std::unique_ptr<HttpEndpoint> http;
-  std::unique_ptr<ServerMetrics> m;
   std::string bound_address;
   uint16_t bound_port = 0;
 

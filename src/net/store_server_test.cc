@@ -1,0 +1,1177 @@
+// StoreServer and RemoteStore on loopback, in one process: real sockets, a
+// real Store (RAM tier over a MemDevice disk tier), real threads.
+#include "net/store_server.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "blk/mem_device.h"
+#include "common/clock.h"
+#include "kv/test_payload.h"
+#include "net/remote_store.h"
+#include "net/server_config.h"
+
+namespace kvtier::net {
+namespace {
+
+using kv::fill_payload;
+using kv::payload_matches;
+using kv::test_key;
+using std::chrono::milliseconds;
+
+constexpr uint32_t kObj = 64 << 10;
+
+kv::Namespace test_namespace(const std::string& model = "test-model") {
+  kv::Namespace ns;
+  ns.model_id = model;
+  ns.model_revision = "r1";
+  ns.tokenizer_id = "tok";
+  ns.kv_dtype = "bf16";
+  ns.kv_layout = "NHD";
+  return ns;
+}
+
+std::unique_ptr<kv::Store> small_store(uint64_t ram_slots = 64) {
+  kv::StoreOptions o;
+  o.ram_bytes = ram_slots * kObj;
+  o.max_object_bytes = kObj;
+  o.volume = std::make_shared<blk::MemDevice>(64 << 20);
+  o.disk.region_bytes = 1 << 20;
+  o.disk.flush_chunk_bytes = 256 << 10;
+  o.disk.read_depth = 8;
+  o.io_timeout_ms = 500;
+  auto s = kv::Store::open(o);
+  EXPECT_TRUE(s.ok()) << s.status().to_string();
+  return std::move(s).value();
+}
+
+ServerConfig test_config() {
+  ServerConfig c;
+  c.listen_port = 0;
+  c.metrics_port = 0;
+  c.io_threads = 2;
+  c.store_threads = 2;
+  c.hello_timeout_ms = 2000;
+  c.store.max_object_bytes = kObj;
+  return c;
+}
+
+std::unique_ptr<StoreServer> start_server(const ServerConfig& c = test_config(),
+                                          std::unique_ptr<kv::Store> store = nullptr) {
+  auto s = StoreServer::start(c, store ? std::move(store) : small_store());
+  EXPECT_TRUE(s.ok()) << s.status().to_string();
+  return s.ok() ? std::move(s).value() : nullptr;
+}
+
+RemoteStoreOptions client_options(uint16_t port) {
+  RemoteStoreOptions o;
+  o.port = port;
+  o.connections = 2;
+  // Generous: these tests share two cores with everything else. The tests
+  // about timeouts set their own.
+  o.call_timeout_ms = 5000;
+  o.connect_timeout_ms = 2000;
+  o.reconnect_min_ms = 10;
+  o.reconnect_max_ms = 100;
+  return o;
+}
+
+std::unique_ptr<RemoteStore> connect(const RemoteStoreOptions& o, bool must_connect = true) {
+  auto c = RemoteStore::open(o);
+  EXPECT_TRUE(c.ok()) << c.status().to_string();
+  if (must_connect) {
+    Status st = (*c)->wait_connected(5000);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+  }
+  return std::move(c).value();
+}
+
+// A blocking POSIX client for speaking raw (and broken) protocol.
+class RawClient {
+ public:
+  explicit RawClient(uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    int one = 1;
+    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+  ~RawClient() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool connected() const { return connected_; }
+
+  bool send(ByteView bytes) {
+    size_t off = 0;
+    while (off < bytes.size()) {
+      ssize_t n = ::send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      off += static_cast<size_t>(n);
+    }
+    return true;
+  }
+  bool send_message(const Message& m, uint64_t id, std::span<const ByteView> data = {}) {
+    auto f = encode_message_frame(m, id, data);
+    EXPECT_TRUE(f.ok()) << f.status().to_string();
+    return f.ok() && send(*f);
+  }
+  bool hello(const std::string& token = "") {
+    HelloRequest h;
+    h.client_name = "raw-test";
+    h.auth_token = token;
+    if (!send_message(h, 1)) return false;
+    auto f = read_frame();
+    return f.ok() && f->header.type == MessageType::kHelloResponse;
+  }
+
+  // The next frame, or an error: Unavailable at EOF or reset, Timeout.
+  Result<Frame> read_frame(int timeout_ms = 3000) {
+    auto until = std::chrono::steady_clock::now() + milliseconds(timeout_ms);
+    for (;;) {
+      if (!pending_.empty()) {
+        auto used = dec_.feed(pending_);
+        if (!used.ok()) return used.status();
+        pending_.erase(pending_.begin(), pending_.begin() + static_cast<ptrdiff_t>(*used));
+        if (dec_.state() == FrameDecoder::State::kReady) return dec_.take_frame();
+      }
+      auto left =
+          std::chrono::duration_cast<milliseconds>(until - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return Status::timeout("no frame");
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      std::byte buf[65536];
+      ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) return Status::unavailable("connection closed");
+      pending_.insert(pending_.end(), buf, buf + n);
+    }
+  }
+
+  // True if the server closes the connection within the timeout (frames it
+  // sends first are skipped).
+  bool closed_by_peer(int timeout_ms = 3000) {
+    auto until = std::chrono::steady_clock::now() + milliseconds(timeout_ms);
+    for (;;) {
+      auto left =
+          std::chrono::duration_cast<milliseconds>(until - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      std::byte buf[4096];
+      ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) return true;
+    }
+  }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+  FrameDecoder dec_;
+  std::vector<std::byte> pending_;
+};
+
+uint64_t metric_value(const std::string& text, const std::string& name) {
+  size_t at = 0;
+  while ((at = text.find(name, at)) != std::string::npos) {
+    if ((at == 0 || text[at - 1] == '\n') && text[at + name.size()] == ' ') {
+      return std::stoull(text.substr(at + name.size() + 1));
+    }
+    at += name.size();
+  }
+  return UINT64_MAX;
+}
+
+std::string http_fetch(uint16_t port, const std::string& path) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return "";
+  }
+  std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n";
+  (void)::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+// ---- Config ---------------------------------------------------------------------------
+
+TEST(ServerConfig, DefaultsAndFullSchema) {
+  auto d = parse_server_config("{}");
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_EQ(d->listen_address, "127.0.0.1");
+  EXPECT_EQ(d->io_threads, 2u);
+  EXPECT_TRUE(d->metrics_enabled);
+  EXPECT_FALSE(d->store.volume.has_value());
+
+  auto c = parse_server_config(R"({
+    // comments are allowed
+    "listen": {"address": "0.0.0.0", "port": 9000},
+    "metrics": {"address": "127.0.0.1", "port": 9001},
+    "io_threads": 4, "store_threads": 8, "auth_token": "t0ken",
+    "max_connections": 10, "max_data_bytes": "8MiB", "max_batch": 64,
+    "max_match_keys": 4096, "hello_timeout_ms": 1000, "server_name": "s1",
+    "store": {"ram_bytes": "1GiB", "max_object_bytes": "1.5MiB",
+              "volume": {"path": "/tmp/x.vol", "size": "2GiB", "direct": false, "queue_depth": 32},
+              "region_bytes": "16MiB", "io_timeout_ms": 500, "promote_on_disk_hit": false,
+              "disk_write_budget_bytes_per_sec": 1000000}
+  })");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->listen_address, "0.0.0.0");
+  EXPECT_EQ(c->listen_port, 9000);
+  EXPECT_EQ(c->metrics_port, 9001);
+  EXPECT_EQ(c->io_threads, 4u);
+  EXPECT_EQ(c->max_data_bytes, 8u << 20);
+  EXPECT_EQ(c->store.ram_bytes, 1ull << 30);
+  EXPECT_EQ(c->store.max_object_bytes, 1536u << 10);
+  ASSERT_TRUE(c->store.volume.has_value());
+  EXPECT_EQ(c->store.volume->size_bytes, 2ull << 30);
+  EXPECT_FALSE(c->store.volume->direct);
+  EXPECT_EQ(c->store.region_bytes, 16ull << 20);
+  EXPECT_FALSE(c->store.promote_on_disk_hit);
+
+  auto off = parse_server_config(R"({"metrics": null})");
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->metrics_enabled);
+}
+
+TEST(ServerConfig, ErrorsNameTheKey) {
+  auto e1 = parse_server_config(R"({"listen": {"adress": "127.0.0.1"}})");
+  ASSERT_FALSE(e1.ok());
+  EXPECT_NE(e1.status().message().find("'listen.adress'"), std::string::npos)
+      << e1.status().message();
+  auto e2 = parse_server_config(R"({"store": {"volume": {"path": "/x", "sise": 1}}})");
+  ASSERT_FALSE(e2.ok());
+  EXPECT_NE(e2.status().message().find("'store.volume.sise'"), std::string::npos);
+  auto e3 = parse_server_config(R"({"io_threads": "two"})");
+  ASSERT_FALSE(e3.ok());
+  EXPECT_NE(e3.status().message().find("'io_threads'"), std::string::npos);
+  auto e4 = parse_server_config(R"({"store": {"ram_bytes": "12 parsecs"}})");
+  ASSERT_FALSE(e4.ok());
+  EXPECT_NE(e4.status().message().find("store.ram_bytes"), std::string::npos);
+  EXPECT_FALSE(parse_server_config("[1, 2]").ok());
+  EXPECT_FALSE(parse_server_config("{").ok());
+  EXPECT_FALSE(parse_server_config(R"({"listen": {"port": 70000}})").ok());
+  EXPECT_FALSE(parse_server_config(R"({"listen": {"address": "localhost"}})").ok());
+  EXPECT_FALSE(parse_server_config(R"({"store": {"ram_bytes": 0}})").ok());  // no tier at all
+}
+
+TEST(ServerConfig, NonLoopbackListenerNeedsAToken) {
+  auto bad = parse_server_config(R"({"listen": {"address": "0.0.0.0"}})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("auth_token is required"), std::string::npos)
+      << bad.status().message();
+  EXPECT_FALSE(parse_server_config(R"({"listen": {"address": "::"}})").ok());
+  EXPECT_TRUE(parse_server_config(R"({"listen": {"address": "::1"}})").ok());
+  EXPECT_TRUE(parse_server_config(R"({"listen": {"address": "127.0.0.2"}})").ok());
+  EXPECT_TRUE(parse_server_config(R"({"listen": {"address": "0.0.0.0"}, "auth_token": "x"})").ok());
+
+  // Enforced by StoreServer::start too, whatever built the config.
+  ServerConfig c = test_config();
+  c.listen_address = "0.0.0.0";
+  auto s = StoreServer::start(c, small_store());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("auth_token"), std::string::npos);
+
+  // A token file works and its trailing newline is not part of the token.
+  std::string path = ::testing::TempDir() + "/kvtier_token_test";
+  std::ofstream(path) << "from-file\n";
+  auto f = parse_server_config(R"({"listen": {"address": "0.0.0.0"}, "auth_token_file": ")" + path +
+                               "\"}");
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  EXPECT_EQ(f->auth_token, "from-file");
+  std::remove(path.c_str());
+}
+
+TEST(ServerConfig, ParseSize) {
+  EXPECT_EQ(*parse_size("4096"), 4096u);
+  EXPECT_EQ(*parse_size("64KiB"), 64u << 10);
+  EXPECT_EQ(*parse_size("1.5 MiB"), 1536u << 10);
+  EXPECT_EQ(*parse_size("2g"), 2ull << 30);
+  EXPECT_EQ(*parse_size("1TiB"), 1ull << 40);
+  EXPECT_FALSE(parse_size("").ok());
+  EXPECT_FALSE(parse_size("MiB").ok());
+  EXPECT_FALSE(parse_size("1.2.3").ok());
+  EXPECT_FALSE(parse_size("0.3B").ok());
+  EXPECT_FALSE(parse_size("99999999999999999999").ok());
+  EXPECT_FALSE(parse_size("20000000TiB").ok());
+}
+
+TEST(StoreServer, TokenCompare) {
+  EXPECT_TRUE(token_equal("abc", "abc"));
+  EXPECT_FALSE(token_equal("abc", "abd"));
+  EXPECT_FALSE(token_equal("abc", "abcd"));
+  EXPECT_FALSE(token_equal("", "x"));
+  EXPECT_TRUE(token_equal("", ""));
+}
+
+// ---- FrameStreamReader ----------------------------------------------------------------------
+
+// A data section scattered over more destination parts than one read takes,
+// arriving together with the next frame: every byte lands in its part, in
+// order, and the next frame is intact.
+TEST(FrameStreamReader, ScattersManyPartsAndKeepsTheNextFrame) {
+  asio::io_context io;
+  asio::ip::tcp::acceptor acc(io, {asio::ip::make_address("127.0.0.1"), 0});
+  asio::ip::tcp::socket writer(io), reader_sock(io);
+  writer.connect(acc.local_endpoint());
+  acc.accept(reader_sock);
+
+  constexpr int kParts = 100;
+  BatchGetResponse resp;
+  std::vector<std::vector<std::byte>> blobs(kParts);
+  std::vector<ByteView> src;
+  for (int i = 0; i < kParts; ++i) {
+    blobs[i].resize(200 + i);
+    for (size_t j = 0; j < blobs[i].size(); ++j) blobs[i][j] = std::byte(i * 7 + j);
+    resp.results.push_back(
+        {true, kv::Tier::kRam, kv::MissReason::kNone, static_cast<uint32_t>(blobs[i].size())});
+    src.push_back(blobs[i]);
+  }
+  auto f1 = encode_message_frame(resp, 1, src);
+  auto f2 = encode_message_frame(StatsRequest{}, 2);
+  ASSERT_TRUE(f1.ok() && f2.ok());
+  std::vector<std::byte> stream = *f1;
+  stream.insert(stream.end(), f2->begin(), f2->end());
+  asio::write(writer, asio::buffer(stream));              // all at once: reads see both frames
+  writer.shutdown(asio::ip::tcp::socket::shutdown_send);  // a reader that loses bytes sees EOF
+
+  std::vector<std::vector<std::byte>> dst(kParts);
+  std::vector<MutableByteView> views;
+  for (int i = 0; i < kParts; ++i) {
+    dst[i].resize(blobs[i].size());
+    views.push_back(dst[i]);
+  }
+  FrameStreamReader r;
+  Status head, dest, data, next;
+  Frame first, second;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        std::error_code ec;
+        head = co_await r.read_head(reader_sock, ec);
+        if (!head.ok() || r.decoder().state() != FrameDecoder::State::kData) co_return;
+        dest = r.set_data_destination(views);
+        data = co_await r.read_data(reader_sock, ec);
+        first = r.decoder().take_frame();
+        next = co_await r.read_head(reader_sock, ec);
+        second = r.decoder().take_frame();
+      },
+      asio::detached);
+  io.run();
+  ASSERT_TRUE(head.ok()) << head.to_string();
+  ASSERT_TRUE(dest.ok()) << dest.to_string();
+  ASSERT_TRUE(data.ok()) << data.to_string();
+  EXPECT_EQ(first.header.type, MessageType::kBatchGetResponse);
+  EXPECT_TRUE(first.data.empty());  // it all went to the parts
+  for (int i = 0; i < kParts; ++i) EXPECT_EQ(dst[i], blobs[i]) << i;
+  ASSERT_TRUE(next.ok()) << next.to_string();
+  EXPECT_EQ(second.header.type, MessageType::kStatsRequest);
+  EXPECT_EQ(second.header.request_id, 2u);
+  EXPECT_EQ(r.bytes_read(), stream.size());
+}
+
+// ---- Round trips --------------------------------------------------------------------------
+
+TEST(StoreServer, EveryOperationRoundTrips) {
+  auto server = start_server();
+  ASSERT_TRUE(server);
+  auto client = connect(client_options(server->port()));
+  EXPECT_EQ(client->server_limits().max_object_bytes, kObj);
+
+  auto ns = client->register_namespace(test_namespace());
+  ASSERT_TRUE(ns.ok()) << ns.status().to_string();
+  EXPECT_EQ(*client->register_namespace(test_namespace()), *ns);  // idempotent
+  auto other = client->register_namespace(test_namespace("other-model"));
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(*other, *ns);
+  kv::Namespace bad = test_namespace();
+  bad.model_id.clear();
+  EXPECT_EQ(client->register_namespace(bad).status().code(), StatusCode::kInvalidArgument);
+
+  AlignedBuffer buf(kObj), out(kObj);
+  // put / get
+  fill_payload(test_key(1), buf.view());
+  auto p = client->put(*ns, test_key(1), buf.view());
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p->outcome, kv::PutResult::Outcome::kStored);
+  EXPECT_EQ(p->tier, kv::Tier::kRam);
+  EXPECT_EQ(client->put(*ns, test_key(1), buf.view())->outcome,
+            kv::PutResult::Outcome::kDeduplicated);
+  auto g = client->get(*ns, test_key(1), out.view());
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  EXPECT_TRUE(g->hit);
+  EXPECT_EQ(g->length, kObj);
+  EXPECT_TRUE(payload_matches(test_key(1), out.view()));
+  // A short object and a big buffer.
+  fill_payload(test_key(2), buf.subview(0, 1000));
+  ASSERT_TRUE(client->put(*ns, test_key(2), ByteView(buf.data(), 1000))->stored());
+  AlignedBuffer big(4 * kObj);
+  g = client->get(*ns, test_key(2), big.view());
+  ASSERT_TRUE(g->hit);
+  EXPECT_EQ(g->length, 1000u);
+  EXPECT_TRUE(payload_matches(test_key(2), ByteView(big.data(), 1000)));
+  // Misses and the other namespace.
+  g = client->get(*ns, test_key(99), out.view());
+  EXPECT_FALSE(g->hit);
+  EXPECT_EQ(g->miss, kv::MissReason::kNotFound);
+  g = client->get(*other, test_key(1), out.view());
+  EXPECT_FALSE(g->hit);
+  EXPECT_EQ(g->miss, kv::MissReason::kForeignNamespace);
+
+  // Bad input is an error, as with the in-process Store.
+  EXPECT_EQ(client->get(*ns, test_key(1), out.subview(0, 100)).status().code(),
+            StatusCode::kInvalidArgument);  // buffer too small (server says so)
+  EXPECT_EQ(client->put(*ns, kv::Key128{}, buf.view()).status().code(),
+            StatusCode::kInvalidArgument);
+  AlignedBuffer huge(kObj + 1);
+  EXPECT_EQ(client->put(*ns, test_key(3), huge.view()).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(client->get(77, test_key(1), out.view()).status().code(), StatusCode::kInvalidArgument);
+
+  // batch_put / batch_get, with a chain of keys.
+  constexpr int kN = 40;
+  std::vector<AlignedBuffer> objs;
+  std::vector<kv::Key128> keys;
+  std::vector<ByteView> views;
+  for (int i = 0; i < kN; ++i) {
+    objs.emplace_back(kObj);
+    keys.push_back(test_key(1000 + i));
+    fill_payload(keys.back(), objs.back().view());
+  }
+  for (auto& o : objs) views.push_back(o.view());
+  auto bp = client->batch_put(*ns, keys, views);
+  ASSERT_TRUE(bp.ok()) << bp.status().to_string();
+  ASSERT_EQ(bp->size(), size_t(kN));
+  for (const auto& r : *bp) EXPECT_TRUE(r.stored());
+  std::vector<AlignedBuffer> outs;
+  std::vector<kv::BatchGetItem> items;
+  for (int i = 0; i < kN; ++i) outs.emplace_back(kObj);
+  for (int i = 0; i < kN; ++i) items.push_back({keys[i], outs[i].view()});
+  auto bg = client->batch_get(*ns, items);
+  ASSERT_TRUE(bg.ok()) << bg.status().to_string();
+  ASSERT_EQ(bg->size(), size_t(kN));
+  for (int i = 0; i < kN; ++i) {
+    ASSERT_TRUE((*bg)[i].hit) << i;
+    EXPECT_TRUE(payload_matches(keys[i], outs[i].view())) << i;
+  }
+  // A batch with misses between hits: the hits' bytes land in their own buffers.
+  AlignedBuffer o1(kObj), o2(kObj), o3(kObj);
+  std::vector<kv::BatchGetItem> mixed{
+      {keys[0], o1.view()}, {test_key(5555), o2.view()}, {keys[5], o3.view()}};
+  auto mg = client->batch_get(*ns, mixed);
+  ASSERT_TRUE(mg.ok());
+  EXPECT_TRUE((*mg)[0].hit);
+  EXPECT_FALSE((*mg)[1].hit);
+  EXPECT_TRUE((*mg)[2].hit);
+  EXPECT_TRUE(payload_matches(keys[0], o1.view()));
+  EXPECT_TRUE(payload_matches(keys[5], o3.view()));
+
+  // match_prefix over the chain with a gap at 30.
+  ASSERT_TRUE(*client->remove(*ns, keys[30]));
+  EXPECT_FALSE(*client->remove(*ns, keys[30]));
+  auto m = client->match_prefix(*ns, keys);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->blocks, 30u);
+  EXPECT_EQ(m->tiers.size(), 30u);
+  EXPECT_EQ(m->ram_blocks + m->disk_blocks, 30u);
+
+  // pin / unpin
+  std::vector<kv::Key128> first(keys.begin(), keys.begin() + 4);
+  auto pn = client->pin(*ns, first, 60000);
+  ASSERT_TRUE(pn.ok());
+  EXPECT_LE(*pn, 4u);
+  auto un = client->unpin(*ns, first);
+  ASSERT_TRUE(un.ok());
+  EXPECT_EQ(*un, *pn);
+
+  // stats
+  auto st = client->stats();
+  ASSERT_TRUE(st.ok()) << st.status().to_string();
+  EXPECT_EQ(st->puts, server->store().stats().puts);
+  EXPECT_GE(st->puts, size_t(kN) + 2);
+  EXPECT_GE(st->hits_ram + st->hits_disk, size_t(kN));
+  EXPECT_GE(st->misses[static_cast<size_t>(kv::MissReason::kNotFound)], 1u);
+  EXPECT_TRUE(st->has_disk);
+  EXPECT_EQ(st->ram_slots, 64u);
+  auto counters = client->stat_counters();
+  ASSERT_TRUE(counters.ok());
+  bool saw_server = false;
+  for (const auto& c : *counters) saw_server |= c.name == "kvtier_server_connections_total";
+  EXPECT_TRUE(saw_server);
+  auto json = client->stats_json();
+  ASSERT_TRUE(json.ok()) << json.status().to_string();
+  auto j = nlohmann::json::parse(*json);
+  EXPECT_EQ(j["counters"]["kvtier_store_puts_total"].get<uint64_t>(), st->puts);
+  EXPECT_EQ(j["server"]["port"].get<uint16_t>(), server->port());
+}
+
+TEST(StoreServer, LargeRequestsAreSplitToTheServerLimitsAndPipelined) {
+  ServerConfig cfg = test_config();
+  cfg.max_data_bytes = 4 * kObj;
+  cfg.max_batch = 8;
+  cfg.max_match_keys = 16;
+  auto server = start_server(cfg, small_store(128));
+  ASSERT_TRUE(server);
+  auto client = connect(client_options(server->port()));
+  EXPECT_EQ(client->server_limits().max_data_bytes, 4 * kObj);
+  uint16_t ns = *client->register_namespace(test_namespace());
+  constexpr int kN = 40;
+  std::vector<AlignedBuffer> objs, outs;
+  std::vector<kv::Key128> keys;
+  std::vector<ByteView> views;
+  std::vector<kv::BatchGetItem> items;
+  for (int i = 0; i < kN; ++i) {
+    keys.push_back(test_key(500 + i));
+    objs.emplace_back(kObj);
+    outs.emplace_back(kObj);
+    fill_payload(keys.back(), objs.back().view());
+  }
+  for (int i = 0; i < kN; ++i) {
+    views.push_back(objs[i].view());
+    items.push_back({keys[i], outs[i].view()});
+  }
+  auto bp = client->batch_put(ns, keys, views);
+  ASSERT_TRUE(bp.ok()) << bp.status().to_string();
+  for (const auto& r : *bp) EXPECT_TRUE(r.stored());
+  auto bg = client->batch_get(ns, items);
+  ASSERT_TRUE(bg.ok()) << bg.status().to_string();
+  for (int i = 0; i < kN; ++i) {
+    ASSERT_TRUE((*bg)[i].hit) << i;
+    EXPECT_TRUE(payload_matches(keys[i], outs[i].view())) << i;
+  }
+  auto m = client->match_prefix(ns, keys);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->blocks, size_t(kN));
+  auto pn = client->pin(ns, keys, 1000);
+  ASSERT_TRUE(pn.ok());
+  EXPECT_GT(*pn, 0u);
+  EXPECT_EQ(*client->unpin(ns, keys), *pn);
+  std::string metrics = server->render_metrics();
+  // 4 objects per frame: 10 frames each way; 16 keys per match: 3 requests.
+  EXPECT_EQ(metric_value(metrics, "kvtier_server_requests_total{op=\"batch_put\"}"), 10u);
+  EXPECT_EQ(metric_value(metrics, "kvtier_server_requests_total{op=\"batch_get\"}"), 10u);
+  EXPECT_EQ(metric_value(metrics, "kvtier_server_requests_total{op=\"match_prefix\"}"), 3u);
+  EXPECT_EQ(metric_value(metrics, "kvtier_server_requests_total{op=\"pin\"}"), 3u);
+  EXPECT_EQ(metric_value(metrics, "kvtier_server_error_responses_total{code=\"InvalidArgument\"}"),
+            0u);
+}
+
+TEST(StoreServer, MetricsAndHealthEndpoint) {
+  auto server = start_server();
+  ASSERT_TRUE(server);
+  ASSERT_NE(server->metrics_port(), 0);
+  auto client = connect(client_options(server->port()));
+  uint16_t ns = *client->register_namespace(test_namespace());
+  AlignedBuffer buf(kObj);
+  fill_payload(test_key(1), buf.view());
+  ASSERT_TRUE(client->put(ns, test_key(1), buf.view())->stored());
+  ASSERT_TRUE(client->get(ns, test_key(1), buf.view())->hit);
+  EXPECT_FALSE(client->get(ns, test_key(2), buf.view())->hit);
+
+  std::string metrics = http_fetch(server->metrics_port(), "/metrics");
+  EXPECT_NE(metrics.find("200 OK"), std::string::npos);
+  EXPECT_EQ(metric_value(metrics, "kvtier_store_hits_total{tier=\"ram\"}"), 1u) << metrics;
+  EXPECT_EQ(metric_value(metrics, "kvtier_store_misses_total{reason=\"not_found\"}"), 1u);
+  EXPECT_EQ(metric_value(metrics, "kvtier_server_requests_total{op=\"get\"}"), 2u);
+  EXPECT_EQ(metric_value(metrics, "kvtier_server_request_seconds_count{op=\"put\"}"), 1u);
+  EXPECT_EQ(metric_value(metrics, "kvtier_server_connections_active"), 2u);
+  EXPECT_EQ(metric_value(metrics, "kvtier_store_ram_used_slots"), 1u);
+  EXPECT_EQ(metric_value(metrics, "kvtier_store_ram_leased_slots"), 0u);
+  EXPECT_GT(metric_value(metrics, "kvtier_server_bytes_received_total"), uint64_t(kObj));
+  EXPECT_GT(metric_value(metrics, "kvtier_server_bytes_sent_total"), uint64_t(kObj));
+  EXPECT_NE(metrics.find("kvtier_disk_appends_total"), std::string::npos);
+  std::string health = http_fetch(server->metrics_port(), "/health");
+  EXPECT_NE(health.find("200 OK"), std::string::npos);
+  EXPECT_NE(health.find("ok"), std::string::npos);
+}
+
+TEST(StoreServer, PipelinedConcurrentClients) {
+  ServerConfig cfg = test_config();
+  auto server = start_server(cfg, small_store(256));
+  ASSERT_TRUE(server);
+  auto a = connect(client_options(server->port()));
+  RemoteStoreOptions ob = client_options(server->port());
+  ob.connections = 1;  // every thread of this one shares one pipelined connection
+  auto b = connect(ob);
+  uint16_t na = *a->register_namespace(test_namespace());
+  uint16_t nb = *b->register_namespace(test_namespace());
+
+  constexpr int kThreads = 8, kOps = 150;
+  std::atomic<int> bad_bytes{0}, errors{0}, hits{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      RemoteStore& c = t % 2 ? *a : *b;
+      uint16_t ns = t % 2 ? na : nb;
+      AlignedBuffer buf(kObj), out(kObj);
+      for (int i = 0; i < kOps; ++i) {
+        uint64_t k = static_cast<uint64_t>(t) * 100000 + i;
+        uint32_t len = 512 + (k * 7919) % (kObj - 512);
+        fill_payload(test_key(k), buf.subview(0, len));
+        auto p = c.put(ns, test_key(k), ByteView(buf.data(), len));
+        if (!p.ok() || !p->stored()) ++errors;
+        // Read back a recent block of this thread or of another one.
+        uint64_t rk = (i % 3 == 0 && t > 0) ? static_cast<uint64_t>(t - 1) * 100000 + i / 2 : k;
+        auto g = c.get(ns, test_key(rk), out.view());
+        if (!g.ok()) {
+          ++errors;
+          continue;
+        }
+        if (g->hit) {
+          ++hits;
+          if (!payload_matches(test_key(rk), ByteView(out.data(), g->length))) ++bad_bytes;
+        }
+        if (i % 25 == 0) {
+          std::vector<kv::Key128> chain{test_key(k), test_key(k + 1)};
+          auto m = c.match_prefix(ns, chain);
+          if (!m.ok() || m->blocks < 1) ++errors;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(bad_bytes.load(), 0);
+  EXPECT_GE(hits.load(), kThreads * kOps / 2);
+  EXPECT_EQ(a->client_stats().timeouts + b->client_stats().timeouts, 0u);
+}
+
+// ---- Refusals -----------------------------------------------------------------------------
+
+TEST(StoreServer, WrongTokenIsRefused) {
+  ServerConfig cfg = test_config();
+  cfg.auth_token = "correct horse";
+  auto server = start_server(cfg);
+  ASSERT_TRUE(server);
+
+  RemoteStoreOptions o = client_options(server->port());
+  o.auth_token = "wrong";
+  auto bad = connect(o, false);
+  Status st = bad->wait_connected(2000);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("authentication failed"), std::string::npos) << st.to_string();
+  EXPECT_FALSE(bad->connected());
+  // Calls become misses, not errors and not waits.
+  uint16_t ns = *bad->register_namespace(test_namespace());
+  AlignedBuffer out(kObj);
+  auto g = bad->get(ns, test_key(1), out.view());
+  ASSERT_TRUE(g.ok());
+  EXPECT_FALSE(g->hit);
+  EXPECT_EQ(g->miss, kv::MissReason::kIoError);
+  EXPECT_EQ(bad->put(ns, test_key(1), out.view())->outcome, kv::PutResult::Outcome::kRefused);
+
+  // No token at all, on a raw socket: an Error frame, then the server closes.
+  RawClient raw(server->port());
+  ASSERT_TRUE(raw.connected());
+  ASSERT_TRUE(raw.send_message(HelloRequest{1, 1, "raw", ""}, 7));
+  auto f = raw.read_frame();
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  EXPECT_EQ(f->header.type, MessageType::kErrorResponse);
+  EXPECT_EQ(f->header.request_id, 7u);
+  EXPECT_TRUE(raw.closed_by_peer());
+
+  // The right token works.
+  o.auth_token = "correct horse";
+  auto good = connect(o);
+  uint16_t gns = *good->register_namespace(test_namespace());
+  fill_payload(test_key(1), out.view());
+  EXPECT_TRUE(good->put(gns, test_key(1), out.view())->stored());
+
+  std::string metrics = server->render_metrics();
+  EXPECT_GE(metric_value(metrics, "kvtier_server_connections_refused_total{reason=\"auth\"}"), 2u);
+}
+
+TEST(StoreServer, RequestBeforeHelloIsRefused) {
+  auto server = start_server();
+  ASSERT_TRUE(server);
+  RawClient raw(server->port());
+  ASSERT_TRUE(raw.send_message(StatsRequest{}, 3));
+  auto f = raw.read_frame();
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  ASSERT_EQ(f->header.type, MessageType::kErrorResponse);
+  auto e = ErrorResponse::decode(f->descriptor);
+  EXPECT_EQ(e->code, StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(raw.closed_by_peer());
+}
+
+TEST(StoreServer, MalformedAndOversizedFramesCloseOnlyThatConnection) {
+  auto server = start_server();
+  ASSERT_TRUE(server);
+  auto client = connect(client_options(server->port()));
+  uint16_t ns = *client->register_namespace(test_namespace());
+  AlignedBuffer buf(kObj), out(kObj);
+  fill_payload(test_key(1), buf.view());
+  ASSERT_TRUE(client->put(ns, test_key(1), buf.view())->stored());
+
+  // 1. Not our protocol at all.
+  {
+    RawClient raw(server->port());
+    // (A header's 40 bytes are needed before anything is judged; a shorter
+    // foreign greeting waits for the Hello timeout instead.)
+    std::string http = "GET /metrics HTTP/1.1\r\nHost: localhost\r\nUser-Agent: curl\r\n\r\n";
+    raw.send(ByteView(reinterpret_cast<const std::byte*>(http.data()), http.size()));
+    auto f = raw.read_frame();
+    ASSERT_TRUE(f.ok()) << f.status().to_string();
+    auto e = ErrorResponse::decode(f->descriptor);
+    ASSERT_TRUE(e.ok());
+    EXPECT_EQ(e->message.rfind("bad_magic", 0), 0u) << e->message;
+    EXPECT_TRUE(raw.closed_by_peer());
+  }
+  // 2. After Hello: a header announcing more data than the server accepts.
+  {
+    RawClient raw(server->port());
+    ASSERT_TRUE(raw.hello());
+    FrameHeader h;
+    h.type = MessageType::kPutRequest;
+    h.request_id = 42;
+    h.descriptor_len = 22;
+    h.data_len = server->limits().max_data_bytes + 1;
+    std::byte hdr[kFrameHeaderSize];
+    encode_header(h, std::span<std::byte, kFrameHeaderSize>(hdr));
+    ASSERT_TRUE(raw.send(ByteView(hdr, sizeof hdr)));
+    auto f = raw.read_frame();
+    ASSERT_TRUE(f.ok()) << f.status().to_string();
+    EXPECT_EQ(f->header.request_id, 0u);  // the header failed its checks: id unknown
+    auto e = ErrorResponse::decode(f->descriptor);
+    ASSERT_TRUE(e.ok());
+    EXPECT_EQ(e->message.rfind("data_too_large", 0), 0u) << e->message;
+    EXPECT_TRUE(raw.closed_by_peer());
+  }
+  // 3. Before Hello, even a modest descriptor is too large (nothing big is
+  //    allocated for a peer that has not authenticated).
+  {
+    RawClient raw(server->port());
+    FrameHeader h;
+    h.type = MessageType::kHelloRequest;
+    h.descriptor_len = 100000;
+    std::byte hdr[kFrameHeaderSize];
+    encode_header(h, std::span<std::byte, kFrameHeaderSize>(hdr));
+    ASSERT_TRUE(raw.send(ByteView(hdr, sizeof hdr)));
+    auto f = raw.read_frame();
+    ASSERT_TRUE(f.ok());
+    EXPECT_EQ(ErrorResponse::decode(f->descriptor)->message.rfind("descriptor_too_large", 0), 0u);
+    EXPECT_TRUE(raw.closed_by_peer());
+  }
+  // 4. A data section whose CRC does not match: nothing is stored.
+  {
+    RawClient raw(server->port());
+    ASSERT_TRUE(raw.hello());
+    ASSERT_TRUE(raw.send_message(RegisterNamespaceRequest{test_namespace()}, 2));
+    auto r = raw.read_frame();
+    ASSERT_TRUE(r.ok());
+    uint16_t h = RegisterNamespaceResponse::decode(r->descriptor)->handle;
+    AlignedBuffer obj(4096);
+    fill_payload(test_key(777), obj.view());
+    ByteView part = obj.view();
+    auto frame = encode_message_frame(PutRequest{h, test_key(777), 4096}, 3,
+                                      std::span<const ByteView>(&part, 1));
+    ASSERT_TRUE(frame.ok());
+    (*frame)[frame->size() - 1] ^= std::byte{1};  // damage the last data byte
+    ASSERT_TRUE(raw.send(*frame));
+    auto f = raw.read_frame();
+    ASSERT_TRUE(f.ok());
+    EXPECT_EQ(ErrorResponse::decode(f->descriptor)->message.rfind("data_crc_mismatch", 0), 0u);
+    EXPECT_TRUE(raw.closed_by_peer());
+    EXPECT_FALSE(client->get(ns, test_key(777), out.view())->hit);
+  }
+  // 5. A descriptor that lies about its list count.
+  {
+    RawClient raw(server->port());
+    ASSERT_TRUE(raw.hello());
+    std::vector<std::byte> desc(6);
+    desc[2] = std::byte{0xFF};  // u16 ns = 0, u32 count = 255: no keys follow
+    std::vector<std::byte> out_frame;
+    ASSERT_TRUE(encode_frame_prefix(MessageType::kMatchPrefixRequest, 5, desc, {}, out_frame).ok());
+    ASSERT_TRUE(raw.send(out_frame));
+    auto f = raw.read_frame();
+    ASSERT_TRUE(f.ok());
+    EXPECT_EQ(ErrorResponse::decode(f->descriptor)->message.rfind("count_exceeds_remaining", 0),
+              0u);
+    EXPECT_TRUE(raw.closed_by_peer());
+  }
+
+  // The well-behaved client never noticed, and the block is intact.
+  auto g = client->get(ns, test_key(1), out.view());
+  ASSERT_TRUE(g.ok());
+  ASSERT_TRUE(g->hit);
+  EXPECT_TRUE(payload_matches(test_key(1), out.view()));
+  EXPECT_EQ(client->client_stats().broken, 0u);
+  std::string metrics = server->render_metrics();
+  EXPECT_EQ(metric_value(metrics, "kvtier_server_malformed_frames_total{class=\"bad_magic\"}"), 1u);
+  EXPECT_EQ(metric_value(metrics, "kvtier_server_malformed_frames_total{class=\"data_too_large\"}"),
+            1u);
+  EXPECT_EQ(
+      metric_value(metrics, "kvtier_server_malformed_frames_total{class=\"data_crc_mismatch\"}"),
+      1u);
+}
+
+TEST(StoreServer, ConnectionLimitRefusesExtraClients) {
+  ServerConfig cfg = test_config();
+  cfg.max_connections = 1;
+  auto server = start_server(cfg);
+  ASSERT_TRUE(server);
+  RemoteStoreOptions o = client_options(server->port());
+  o.connections = 1;
+  auto first = connect(o);
+  auto second = connect(o, false);
+  Status st = second->wait_connected(2000);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("connection limit"), std::string::npos) << st.to_string();
+  EXPECT_EQ(server->active_connections(), 1u);
+  // The first still works.
+  uint16_t ns = *first->register_namespace(test_namespace());
+  AlignedBuffer buf(kObj);
+  fill_payload(test_key(1), buf.view());
+  EXPECT_TRUE(first->put(ns, test_key(1), buf.view())->stored());
+}
+
+TEST(StoreServer, SilentPeerIsClosedAfterHelloTimeout) {
+  ServerConfig cfg = test_config();
+  cfg.hello_timeout_ms = 200;
+  auto server = start_server(cfg);
+  ASSERT_TRUE(server);
+  RawClient raw(server->port());
+  ASSERT_TRUE(raw.connected());
+  EXPECT_TRUE(raw.closed_by_peer(3000));
+}
+
+// ---- Outages ------------------------------------------------------------------------------
+
+TEST(StoreServer, StoppedServerGivesMissesThenClientRecoversOnRestart) {
+  ServerConfig cfg = test_config();
+  auto server = start_server(cfg);
+  ASSERT_TRUE(server);
+  const uint16_t port = server->port();
+  RemoteStoreOptions o = client_options(port);
+  o.call_timeout_ms = 500;
+  auto client = connect(o);
+  uint16_t ns = *client->register_namespace(test_namespace());
+  AlignedBuffer buf(kObj), out(kObj);
+  fill_payload(test_key(1), buf.view());
+  ASSERT_TRUE(client->put(ns, test_key(1), buf.view())->stored());
+  ASSERT_TRUE(client->get(ns, test_key(1), out.view())->hit);
+
+  ASSERT_TRUE(server->stop().ok());
+  server.reset();
+
+  // Every call returns promptly with a miss / refusal / nothing.
+  for (int i = 0; i < 20; ++i) {
+    uint64_t t0 = now_ns();
+    auto g = client->get(ns, test_key(1), out.view());
+    ASSERT_TRUE(g.ok()) << g.status().to_string();
+    EXPECT_FALSE(g->hit);
+    EXPECT_TRUE(g->miss == kv::MissReason::kIoError || g->miss == kv::MissReason::kTimeout);
+    auto p = client->put(ns, test_key(2), buf.view());
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(p->outcome, kv::PutResult::Outcome::kRefused);
+    std::vector<kv::Key128> chain{test_key(1)};
+    EXPECT_EQ(client->match_prefix(ns, chain)->blocks, 0u);
+    EXPECT_FALSE(*client->remove(ns, test_key(1)));
+    EXPECT_FALSE(client->stats().ok());
+    EXPECT_LT(now_ns() - t0, 4 * 600'000'000ull);  // each call within its timeout
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_FALSE(client->connected());
+
+  // Restart on the same port (a new, empty store): the client reconnects by
+  // itself and re-registers its namespace without being asked.
+  cfg.listen_port = port;
+  server = start_server(cfg);
+  ASSERT_TRUE(server);
+  ASSERT_TRUE(client->wait_connected(3000).ok());
+  bool recovered = false;
+  for (int i = 0; i < 200 && !recovered; ++i) {
+    auto p = client->put(ns, test_key(3), buf.view());
+    ASSERT_TRUE(p.ok());
+    recovered = p->stored();
+    if (!recovered) std::this_thread::sleep_for(milliseconds(10));
+  }
+  ASSERT_TRUE(recovered);
+  fill_payload(test_key(3), buf.view());
+  ASSERT_TRUE(client->put(ns, test_key(3), buf.view()).ok());
+  // All pool connections come back.
+  for (int i = 0; i < 100; ++i) {
+    auto g = client->get(ns, test_key(1), out.view());
+    ASSERT_TRUE(g.ok());
+    EXPECT_EQ(g->miss, kv::MissReason::kNotFound);  // new store: truly absent, not unreachable
+  }
+  EXPECT_GE(client->client_stats().sessions, 3u);
+}
+
+// A peer that says Hello and then misbehaves: it ignores most requests,
+// answers a Get with a header that announces bytes it never sends, and stops
+// reading when a BatchPut arrives. Calls time out as misses/refusals within
+// call_timeout_ms, also while the connection holds the caller's buffers.
+class MisbehavingServer {
+ public:
+  MisbehavingServer() {
+    lfd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(lfd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(lfd_, 16), 0);
+    socklen_t len = sizeof a;
+    ::getsockname(lfd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    acceptor_ = std::thread([this] { accept_loop(); });
+  }
+  ~MisbehavingServer() {
+    stop_ = true;
+    acceptor_.join();
+    for (auto& t : conns_) t.join();
+    ::close(lfd_);
+  }
+  uint16_t port() const { return port_; }
+
+ private:
+  void accept_loop() {
+    while (!stop_) {
+      pollfd p{lfd_, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      int fd = ::accept(lfd_, nullptr, nullptr);
+      if (fd >= 0) conns_.emplace_back([this, fd] { serve(fd); });
+    }
+  }
+  void serve(int fd) {
+    FrameDecoder d;
+    std::byte b[4096];
+    bool stalled = false;
+    while (!stop_) {
+      if (stalled) {
+        std::this_thread::sleep_for(milliseconds(10));
+        continue;
+      }
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      ssize_t n = ::recv(fd, b, sizeof b, 0);
+      if (n <= 0) break;
+      size_t off = 0;
+      while (off < static_cast<size_t>(n) && !stalled) {
+        auto used = d.feed(ByteView(b + off, static_cast<size_t>(n) - off));
+        if (!used.ok()) break;
+        off += *used;
+        if (d.state() != FrameDecoder::State::kHeader &&
+            d.header().type == MessageType::kBatchPutRequest) {
+          stalled = true;  // stop reading: the client's writes back up
+          break;
+        }
+        if (d.state() != FrameDecoder::State::kReady) continue;
+        Frame f = d.take_frame();
+        if (f.header.type == MessageType::kHelloRequest) {
+          HelloResponse hr;
+          hr.limits.max_object_bytes = kObj;
+          auto out = encode_message_frame(hr, f.header.request_id);
+          (void)::send(fd, out->data(), out->size(), MSG_NOSIGNAL);
+        } else if (f.header.type == MessageType::kRegisterNamespaceRequest) {
+          auto out = encode_message_frame(RegisterNamespaceResponse{1}, f.header.request_id);
+          (void)::send(fd, out->data(), out->size(), MSG_NOSIGNAL);
+        } else if (f.header.type == MessageType::kGetRequest) {
+          // A hit of kObj bytes, of which only 1000 ever come.
+          GetResponse gr{GetOutcome{true, kv::Tier::kRam, kv::MissReason::kNone, kObj}};
+          std::vector<std::byte> prefix;
+          std::vector<std::byte> body(kObj);
+          ByteView part(body);
+          EXPECT_TRUE(encode_message_prefix(gr, f.header.request_id,
+                                            std::span<const ByteView>(&part, 1), prefix)
+                          .ok());
+          prefix.insert(prefix.end(), body.begin(), body.begin() + 1000);
+          (void)::send(fd, prefix.data(), prefix.size(), MSG_NOSIGNAL);
+        }
+        // Everything else: never answered.
+      }
+    }
+    ::close(fd);
+  }
+
+  int lfd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread acceptor_;
+  std::vector<std::thread> conns_;  // touched by the acceptor thread, then the destructor
+};
+
+TEST(StoreServer, UnresponsiveServerTimesOutAsMisses) {
+  MisbehavingServer fake;
+  RemoteStoreOptions o = client_options(fake.port());
+  o.call_timeout_ms = 300;
+  o.connections = 1;
+  auto client = connect(o);
+  uint16_t ns = *client->register_namespace(test_namespace());
+  AlignedBuffer out(kObj);
+
+  // No answer at all.
+  uint64_t t0 = now_ns();
+  std::vector<kv::Key128> chain{test_key(1), test_key(2)};
+  auto m = client->match_prefix(ns, chain);
+  uint64_t took = now_ns() - t0;
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->blocks, 0u);
+  EXPECT_GE(took, 250'000'000ull);
+  EXPECT_LT(took, 1'500'000'000ull);
+  // A second unanswered call: the client stops trusting the connection and
+  // reconnects instead of paying a full timeout on every later call.
+  EXPECT_EQ(client->match_prefix(ns, chain)->blocks, 0u);
+  for (int i = 0; i < 300 && client->client_stats().sessions < 2; ++i) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_GE(client->client_stats().sessions, 2u);
+  ASSERT_TRUE(client->wait_connected(3000).ok());
+
+  // Half an answer: the reader is writing into `out` when time runs out; the
+  // client breaks the connection and returns only once `out` is free.
+  t0 = now_ns();
+  auto g = client->get(ns, test_key(1), out.view());
+  took = now_ns() - t0;
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  EXPECT_FALSE(g->hit);
+  EXPECT_EQ(g->miss, kv::MissReason::kTimeout);
+  EXPECT_LT(took, 1'500'000'000ull);
+
+  // A write that cannot finish (the peer stopped reading): the caller's
+  // buffers are released by breaking the connection. (First wait for the
+  // connection the get reset to come back.)
+  for (int i = 0; i < 300 && client->client_stats().sessions < 3; ++i) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  ASSERT_TRUE(client->wait_connected(3000).ok());
+  AlignedBuffer obj(kObj);
+  std::vector<kv::Key128> keys;
+  std::vector<ByteView> views;
+  for (int i = 0; i < 512; ++i) {  // 32 MiB in one frame: more than the socket buffers
+    keys.push_back(test_key(100 + i));
+    views.push_back(obj.view());
+  }
+  t0 = now_ns();
+  auto bp = client->batch_put(ns, keys, views);
+  took = now_ns() - t0;
+  ASSERT_TRUE(bp.ok()) << bp.status().to_string();
+  for (const auto& r : *bp) EXPECT_EQ(r.outcome, kv::PutResult::Outcome::kRefused);
+  EXPECT_LT(took, 1'500'000'000ull);
+  EXPECT_GE(client->client_stats().timeouts, 4u);
+  client.reset();
+}
+
+TEST(StoreServer, GracefulStopClosesTheStoreWithACheckpoint) {
+  auto dev = std::make_shared<blk::MemDevice>(64 << 20);
+  kv::StoreOptions so;
+  so.ram_bytes = 16 * kObj;
+  so.max_object_bytes = kObj;
+  so.volume = dev;
+  so.disk.region_bytes = 1 << 20;
+  so.disk.flush_chunk_bytes = 256 << 10;
+  auto server = start_server(test_config(), std::move(kv::Store::open(so)).value());
+  ASSERT_TRUE(server);
+  auto client = connect(client_options(server->port()));
+  uint16_t ns = *client->register_namespace(test_namespace());
+  AlignedBuffer buf(kObj);
+  for (int i = 1; i <= 10; ++i) {
+    fill_payload(test_key(i), buf.view());
+    ASSERT_TRUE(client->put(ns, test_key(i), buf.view())->stored());
+  }
+  EXPECT_TRUE(server->stop().ok());
+  EXPECT_TRUE(server->stop().ok());  // idempotent
+  server.reset();
+  client.reset();
+  // Reopen the same volume: a warm restart finds every block.
+  auto reopened = kv::Store::open(so);
+  ASSERT_TRUE(reopened.ok()) << reopened.status().to_string();
+  EXPECT_TRUE((*reopened)->stats().disk.recovered_from_checkpoint);
+  uint16_t h = *(*reopened)->register_namespace(test_namespace());
+  for (int i = 1; i <= 10; ++i) {
+    auto g = (*reopened)->get(h, test_key(i), buf.view());
+    ASSERT_TRUE(g.ok());
+    EXPECT_TRUE(g->hit) << i;
+    EXPECT_TRUE(payload_matches(test_key(i), buf.view()));
+  }
+}
+
+TEST(StoreServer, OpensItsStoreFromTheConfigWithAFileVolume) {
+  std::string path = ::testing::TempDir() + "/kvtier_store_server_test.vol";
+  std::remove(path.c_str());
+  auto cfg = parse_server_config(R"({"listen": {"port": 0}, "metrics": null,
+      "store": {"ram_bytes": "1MiB", "max_object_bytes": "64KiB", "region_bytes": "1MiB",
+                "volume": {"path": ")" +
+                                 path + R"(", "size": "32MiB", "direct": false}}})");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+  auto server = StoreServer::start(*cfg);
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  EXPECT_EQ((*server)->metrics_port(), 0);
+  EXPECT_EQ(std::filesystem::file_size(path), 32u << 20);  // created at its size
+  auto client = connect(client_options((*server)->port()));
+  uint16_t ns = *client->register_namespace(test_namespace());
+  AlignedBuffer buf(kObj), out(kObj);
+  for (int i = 1; i <= 40; ++i) {  // more than the RAM tier's 16 slots
+    fill_payload(test_key(i), buf.view());
+    ASSERT_TRUE(client->put(ns, test_key(i), buf.view())->stored());
+  }
+  for (int i = 1; i <= 40; ++i) {
+    auto g = client->get(ns, test_key(i), out.view());
+    ASSERT_TRUE(g.ok() && g->hit) << i;
+    EXPECT_TRUE(payload_matches(test_key(i), out.view()));
+  }
+  auto st = client->stats();
+  ASSERT_TRUE(st.ok());
+  EXPECT_TRUE(st->has_disk);
+  EXPECT_GT(st->demotions, 0u);
+  EXPECT_TRUE((*server)->stop().ok());
+  std::remove(path.c_str());
+
+  // A volume that cannot be opened is a clear error.
+  ServerConfig bad = *cfg;
+  bad.store.volume->path = "/nonexistent-dir/x.vol";
+  auto s2 = StoreServer::start(bad);
+  ASSERT_FALSE(s2.ok());
+  EXPECT_NE(s2.status().message().find("/nonexistent-dir/x.vol"), std::string::npos)
+      << s2.status().to_string();
+}
+
+TEST(StoreServer, StatsCounterMappingRoundTrips) {
+  kv::StoreStats s;
+  s.puts = 1;
+  s.hits_disk = 2;
+  s.misses[static_cast<size_t>(kv::MissReason::kCorrupt)] = 3;
+  s.refusals[static_cast<size_t>(kv::RefuseReason::kAdmission)] = 4;
+  s.ram_leased = 5;
+  s.disk.entries_reinserted = 6;
+  s.has_disk = true;
+  auto back = store_stats_from_counters(store_stats_to_counters(s));
+  EXPECT_EQ(back.puts, 1u);
+  EXPECT_EQ(back.hits_disk, 2u);
+  EXPECT_EQ(back.misses[static_cast<size_t>(kv::MissReason::kCorrupt)], 3u);
+  EXPECT_EQ(back.refusals[static_cast<size_t>(kv::RefuseReason::kAdmission)], 4u);
+  EXPECT_EQ(back.ram_leased, 5u);
+  EXPECT_EQ(back.disk.entries_reinserted, 6u);
+  EXPECT_TRUE(back.has_disk);
+  for (const auto& c : store_stats_to_counters(s)) EXPECT_LE(c.name.size(), kMaxNameBytes);
+}
+
+}  // namespace
+}  // namespace kvtier::net
