@@ -8,7 +8,9 @@ PACKAGES=(
   liburing-dev libxxhash-dev libssl-dev
   libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  fio
+  libasio-dev
+  fio iperf3 etcd-server etcd-client
+  python3 python3-matplotlib
 )
 # libFuzzer's runtime (clang -fsanitize=fuzzer) ships in a versioned package.
 FUZZ_RUNTIME=libclang-rt-14-dev

@@ -14,7 +14,6 @@
 #include <sstream>
 #include <string>
 
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "net/remote_store.h"
@@ -28,22 +27,12 @@ void add_store_commands(CLI::App& app);
 
 namespace {
 
-// Logs go to stderr: stdout carries `stats` output that scripts parse (the
-// process-wide default logger writes to stdout). Level and pattern are the
-// ones init_logging() set.
-void log_to_stderr() {
-  if (!spdlog::get("kvtier-stderr")) {
-    spdlog::set_default_logger(spdlog::stderr_color_mt("kvtier-stderr"));
-  }
-}
-
 std::string host_port(const std::string& host, uint16_t port) {
   if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
   return host + ":" + std::to_string(port);
 }
 
 int run_serve(const std::string& config_path) {
-  log_to_stderr();
   auto cfg = net::load_server_config(config_path);
   if (!cfg.ok()) {
     std::fprintf(stderr, "kvtier store serve: %s\n", cfg.status().message().c_str());
@@ -116,7 +105,6 @@ bool split_address(const std::string& a, std::string* host, uint16_t* port) {
 }
 
 int run_stats(const StatsCli& cli) {
-  log_to_stderr();
   net::RemoteStoreOptions o;
   if (!split_address(cli.address, &o.host, &o.port)) {
     std::fprintf(stderr, "kvtier store stats: --address must be HOST:PORT, got '%s'\n",
