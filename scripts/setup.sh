@@ -8,7 +8,8 @@ PACKAGES=(
   liburing-dev libxxhash-dev libssl-dev
   libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libasio-dev
+  libasio-dev libisal-dev
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   fio iperf3 etcd-server etcd-client
   python3 python3-matplotlib
 )

@@ -11,8 +11,7 @@ int main(int argc, char** argv) {
       "kvtier keeps the KV cache of LLM prompt prefixes in a shared tier of RAM and NVMe.\n"
       "Set KVTIER_LOG=info|debug for more logging."};
   app.require_subcommand(1);
-  kvtier::tools::add_bench_commands(app);
-  kvtier::tools::add_store_commands(app);
+  kvtier::tools::add_all_commands(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

@@ -23,8 +23,6 @@
 
 namespace kvtier::tools {
 
-void add_store_commands(CLI::App& app);
-
 namespace {
 
 std::string host_port(const std::string& host, uint16_t port) {
@@ -190,5 +188,9 @@ void add_store_commands(CLI::App& app) {
   stats->add_flag("--json", cli->json, "Print one JSON object instead of a table");
   stats->callback([cli] { std::exit(run_stats(*cli)); });
 }
+
+namespace {
+const RegisterCommands kRegisterStore{10, add_store_commands};
+}  // namespace
 
 }  // namespace kvtier::tools

@@ -41,9 +41,10 @@ int run_store_bench_cli(const StoreBenchCli& cli) {
 
 }  // namespace
 
-void add_bench_commands(CLI::App& app) {
-  auto* bench = app.add_subcommand("bench", "Measure kvtier against the limits of this machine");
-  bench->require_subcommand(1);
+namespace {
+
+void add_store_bench_command(CLI::App& app) {
+  auto* bench = bench_group(app);
 
   auto cli = std::make_shared<StoreBenchCli>();
   auto* store = bench->add_subcommand(
@@ -79,5 +80,9 @@ void add_bench_commands(CLI::App& app) {
       "Print one JSON object (every ratio under a key ending in _ratio) instead of a table");
   store->callback([cli] { std::exit(run_store_bench_cli(*cli)); });
 }
+
+const RegisterCommands kRegisterStoreBench{100, add_store_bench_command};
+
+}  // namespace
 
 }  // namespace kvtier::tools
