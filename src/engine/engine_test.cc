@@ -1,0 +1,72 @@
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/hbm_prefix_pool.h"
+#include "engine/kv_content.h"
+
+namespace kvtier::engine {
+namespace {
+
+kv::Key128 key(uint64_t i) { return {i * 7 + 1, i * 13 + 5}; }
+
+TEST(KvContent, VerifiesOwnBytesAndRejectsOthers) {
+  std::vector<std::byte> a(4100), b(4100);
+  fill_kv_block(key(1), a);
+  fill_kv_block(key(2), b);
+  EXPECT_TRUE(verify_kv_block(key(1), a));
+  EXPECT_FALSE(verify_kv_block(key(2), a));
+  EXPECT_NE(a, b);
+  a[4099] ^= std::byte{1};  // the unaligned tail is checked too
+  EXPECT_FALSE(verify_kv_block(key(1), a));
+  a[4099] ^= std::byte{1};
+  a[17] ^= std::byte{0x80};
+  EXPECT_FALSE(verify_kv_block(key(1), a));
+}
+
+TEST(HbmPrefixPool, LongestPrefixAndLruEviction) {
+  HbmPrefixPool pool(4);
+  std::vector<kv::Key128> s1 = {key(1), key(2), key(3)};
+  EXPECT_EQ(pool.match_prefix(s1), 0u);
+  pool.insert(s1);
+  EXPECT_EQ(pool.match_prefix(s1), 3u);
+  std::vector<kv::Key128> s1b = {key(1), key(2), key(9)};
+  EXPECT_EQ(pool.match_prefix(s1b), 2u);
+  // Inserting two new blocks evicts the least recent: key(3) (key 1 and 2 were
+  // touched by the match above).
+  std::vector<kv::Key128> s2 = {key(4), key(5)};
+  pool.insert(s2);
+  EXPECT_EQ(pool.size(), 4u);
+  EXPECT_EQ(pool.evictions(), 1u);
+  EXPECT_EQ(pool.match_prefix(s1), 2u);
+  // A gap breaks the prefix even when later blocks are present.
+  std::vector<kv::Key128> gap = {key(7), key(4)};
+  EXPECT_EQ(pool.match_prefix(gap), 0u);
+}
+
+TEST(HbmPrefixPool, ZeroCapacityHoldsNothing) {
+  HbmPrefixPool pool(0);
+  std::vector<kv::Key128> s = {key(1)};
+  pool.insert(s);
+  EXPECT_EQ(pool.match_prefix(s), 0u);
+}
+
+TEST(ModeledEngine, ProfilesAndScaling) {
+  auto h100 = find_engine_profile("h100-qwen3-coder-30b");
+  ASSERT_TRUE(h100.has_value());
+  EXPECT_EQ(h100->kv_bytes_per_token, 96u * 1024);
+  EXPECT_DOUBLE_EQ(h100->byte_scale(), 1.0);
+  ModeledEngine e(*h100);
+  EXPECT_NEAR(e.prefill_seconds(14850, 0), 1.0, 1e-12);
+  auto scaled = find_engine_profile("h100-qwen3-coder-30b-scaled");
+  ASSERT_TRUE(scaled.has_value());
+  EXPECT_DOUBLE_EQ(scaled->byte_scale(), 96.0 * 1024 * 64 / 2048);
+  // One scaled token stands for 64 real ones: same modeled time per real token.
+  ModeledEngine s(*scaled);
+  EXPECT_NEAR(s.prefill_seconds(14850, 0), 64.0, 1e-9);
+  EXPECT_FALSE(find_engine_profile("nope").has_value());
+}
+
+}  // namespace
+}  // namespace kvtier::engine

@@ -1,0 +1,100 @@
+#include "engine/kv_connector.h"
+
+#include <chrono>
+
+#include "engine/kv_content.h"
+
+namespace kvtier::engine {
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+KvConnector::KvConnector(StoreClient* store, uint16_t ns, uint32_t block_bytes)
+    : store_(store), ns_(ns), block_bytes_(block_bytes) {}
+
+MutableByteView KvConnector::scratch(size_t blocks) {
+  const size_t need = blocks * block_bytes_;
+  if (buf_.size() < need) buf_ = AlignedBuffer(align_up(need * 2, kDirectIoAlignment));
+  return buf_.subview(0, need);
+}
+
+Result<kv::MatchResult> KvConnector::lookup(std::span<const kv::Key128> keys) {
+  return store_->match_prefix(ns_, keys);
+}
+
+Result<LoadOutcome> KvConnector::load_prefix(std::span<const kv::Key128> keys, size_t from) {
+  LoadOutcome out;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto m = store_->match_prefix(ns_, keys);
+  if (!m.ok()) return m.status();
+  out.store_matched = m->blocks;
+  if (m->blocks <= from) {
+    out.wall_s = seconds_since(t0);
+    return out;
+  }
+  const size_t n = m->blocks - from;
+  auto buf = scratch(n);
+  std::vector<kv::BatchGetItem> items(n);
+  for (size_t i = 0; i < n; ++i) {
+    items[i].key = keys[from + i];
+    items[i].out = buf.subspan(i * block_bytes_, block_bytes_);
+  }
+  auto got = store_->batch_get(ns_, items);
+  out.wall_s = seconds_since(t0);
+  if (!got.ok()) return got.status();
+  bool run = true;  // still inside the leading run of good blocks
+  for (size_t i = 0; i < n; ++i) {
+    const auto& g = (*got)[i];
+    if (!g.hit) {
+      ++out.misses;
+      run = false;
+      continue;
+    }
+    out.bytes += g.length;
+    const bool good = g.length == block_bytes_ &&
+                      verify_kv_block(items[i].key, ByteView(items[i].out.data(), g.length));
+    if (!good) {
+      ++out.verify_failures;
+      run = false;
+      continue;
+    }
+    if (run) {
+      ++out.loaded;
+      if (g.tier == kv::Tier::kRam) ++out.from_ram;
+      if (g.tier == kv::Tier::kDisk) ++out.from_disk;
+    }
+  }
+  return out;
+}
+
+Result<SaveOutcome> KvConnector::save(std::span<const kv::Key128> keys) {
+  SaveOutcome out;
+  if (keys.empty()) return out;
+  auto buf = scratch(keys.size());
+  std::vector<ByteView> data(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto v = buf.subspan(i * block_bytes_, block_bytes_);
+    fill_kv_block(keys[i], v);
+    data[i] = v;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto put = store_->batch_put(ns_, keys, data);
+  out.wall_s = seconds_since(t0);
+  if (!put.ok()) return put.status();
+  for (const auto& r : *put) {
+    if (r.outcome == kv::PutResult::Outcome::kStored) {
+      ++out.stored;
+      out.bytes += block_bytes_;
+    } else if (r.outcome == kv::PutResult::Outcome::kDeduplicated) {
+      ++out.deduplicated;
+    } else {
+      ++out.refused;
+    }
+  }
+  return out;
+}
+
+}  // namespace kvtier::engine
