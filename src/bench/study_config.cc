@@ -1,0 +1,37 @@
+#include "bench/study_config.h"
+
+#include <cctype>
+
+namespace kvtier::bench {
+
+StudyOptions::StudyOptions()
+    : profile(*engine::find_engine_profile("h100-qwen3-coder-30b-scaled")) {}
+
+const std::vector<CaseSpec>& study_cases() {
+  static const std::vector<CaseSpec> cases = {
+      {StudyCase::kA, "A", "recompute", false, false, false, false, false},
+      {StudyCase::kB, "B", "local prefix cache", true, false, false, false, false},
+      {StudyCase::kC, "C", "shared RAM", true, true, true, false, false},
+      {StudyCase::kD, "D", "RAM + local NVMe", true, true, true, true, false},
+      {StudyCase::kE, "E", "RAM + remote NVMe (NVMe/TCP)", true, true, true, true, true},
+      {StudyCase::kF, "F", "direct reads from the volume (no RAM tier)", true, true, false, true,
+       false},
+  };
+  return cases;
+}
+
+const CaseSpec& case_spec(StudyCase c) { return study_cases()[static_cast<size_t>(c)]; }
+
+bool parse_study_case(const std::string& letter, StudyCase* out) {
+  if (letter.size() != 1) return false;
+  const char c = static_cast<char>(std::toupper(static_cast<unsigned char>(letter[0])));
+  for (const auto& s : study_cases()) {
+    if (s.letter[0] == c) {
+      *out = s.id;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace kvtier::bench

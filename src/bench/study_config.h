@@ -1,0 +1,55 @@
+// The study's six service configurations (ARCHITECTURE.md section 5) and the
+// options of a study run: engine profile, replica counts, routing margin, and
+// the capacities of the HBM pool, RAM tier and disk tier in deployment units
+// (divided by the profile's byte scale for the run; docs/study.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/engine_profile.h"
+
+namespace kvtier::bench {
+
+enum class StudyCase : uint8_t { kA, kB, kC, kD, kE, kF };
+
+struct CaseSpec {
+  StudyCase id;
+  const char* letter;  // "A".."F"
+  const char* name;    // "recompute", ...
+  bool hbm_pool;       // local prefix pool per prefill replica
+  bool store;          // shared store
+  bool ram_tier;       // store has a RAM tier
+  bool disk_tier;      // store has a disk tier
+  bool remote_volume;  // disk tier on a volume reached over kvtier's NVMe/TCP
+};
+
+const std::vector<CaseSpec>& study_cases();
+const CaseSpec& case_spec(StudyCase c);
+// "A".."F" (case-insensitive) to a case; false when unknown.
+bool parse_study_case(const std::string& letter, StudyCase* out);
+
+struct StudyOptions {
+  engine::EngineProfile profile;  // default: the scaled H100 profile
+  uint32_t prefill_replicas = 2;
+  uint32_t decode_replicas = 2;
+  uint32_t max_in_flight = 16;  // requests at once, as in the study
+  // Soft-sticky routing: how many deployment tokens the preferred prefill's
+  // queue may exceed the best one's before a turn spills.
+  double spill_margin_tokens = 65536;
+  // Capacities in deployment units (the study's service: 256 GiB RAM store).
+  // 0 for hbm_pool_tokens means the profile's.
+  uint64_t hbm_pool_tokens = 0;
+  uint64_t ram_bytes = 256ull << 30;
+  uint64_t disk_bytes = 3ull << 40;
+  // Where the disk-tier volume files are created (two files, RAID0); must be
+  // a filesystem that supports O_DIRECT.
+  std::string volume_dir = ".";
+  uint32_t disk_read_depth = 32;
+  uint64_t seed = 1;
+
+  StudyOptions();
+};
+
+}  // namespace kvtier::bench

@@ -1,0 +1,406 @@
+#include "bench/study_runner.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <deque>
+#include <filesystem>
+#include <queue>
+#include <unordered_map>
+
+#include "bench/study_metrics.h"
+#include "blk/raid0.h"
+#include "blk/uring_device.h"
+#include "engine/engine.h"
+#include "engine/hbm_prefix_pool.h"
+#include "engine/kv_connector.h"
+#include "engine/store_client.h"
+#include "kv/store.h"
+#include "serve/router.h"
+
+namespace kvtier::bench {
+
+namespace {
+
+constexpr uint64_t kRegionBytes = 16ull << 20;
+constexpr uint64_t kRaidStripBytes = 1ull << 20;
+
+// Volume files of one run, removed when the run ends.
+struct VolumeFiles {
+  std::vector<std::string> paths;
+  ~VolumeFiles() {
+    for (const auto& p : paths) ::unlink(p.c_str());
+  }
+};
+
+Result<std::shared_ptr<blk::BlockDevice>> open_raid0_volume(const StudyOptions& o, uint64_t bytes,
+                                                            VolumeFiles* files) {
+  std::vector<std::shared_ptr<blk::BlockDevice>> members;
+  const uint64_t per_member =
+      align_up(std::max<uint64_t>(bytes / 2, 4 * kRegionBytes), kRaidStripBytes);
+  for (int i = 0; i < 2; ++i) {
+    const std::string path =
+        (std::filesystem::path(o.volume_dir) /
+         ("kvtier-study-" + std::to_string(::getpid()) + "-" + std::to_string(i) + ".vol"))
+            .string();
+    ::unlink(path.c_str());
+    files->paths.push_back(path);
+    blk::UringOptions uo;
+    uo.path = path;
+    uo.create_size = per_member;
+    uo.queue_depth = 64;
+    uo.direct = true;
+    auto dev = blk::UringDevice::open(uo);
+    if (!dev.ok()) {
+      return Status(dev.status().code(), "volume file " + path + ": " + dev.status().message());
+    }
+    members.push_back(std::shared_ptr<blk::BlockDevice>(std::move(*dev)));
+  }
+  auto raid = blk::Raid0::create(std::move(members), kRaidStripBytes);
+  if (!raid.ok()) return raid.status();
+  return std::shared_ptr<blk::BlockDevice>(std::move(*raid));
+}
+
+struct Inflight {
+  const TraceRequest* req = nullptr;
+  double dispatch_s = 0;
+  size_t prefill = 0, decode = 0;
+  double ttft_s = 0;
+};
+
+struct PrefillReplica {
+  std::deque<uint32_t> queue;  // inflight ids waiting
+  bool busy = false;
+  uint32_t current = 0;  // inflight id in service while busy
+  double score = 0;      // deployment tokens queued or in service
+  std::unique_ptr<engine::HbmPrefixPool> pool;
+};
+
+enum class EvKind : uint8_t { kArrive, kPrefillFree, kDecodeDone };
+struct Event {
+  double t;
+  uint64_t seq;
+  EvKind kind;
+  uint32_t idx;  // kArrive: pending issue index; kPrefillFree: replica; kDecodeDone: inflight id
+  bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+};
+
+class Run {
+ public:
+  Run(const Workload& w, SessionScheduler& s, const std::string& protocol, StudyCase c,
+      const StudyOptions& o, const std::function<void(const RunProgress&)>& progress)
+      : w_(w), sched_(s), spec_(case_spec(c)), o_(o), engine_(o.profile), progress_(progress) {
+    res_.protocol = protocol;
+    res_.id = c;
+    res_.byte_scale = o.profile.byte_scale();
+  }
+
+  Result<CaseResult> run();
+
+ private:
+  Status setup();
+  void push(double t, EvKind k, uint32_t idx) { events_.push({t, seq_++, k, idx}); }
+  void accept_issues(const std::vector<Issue>& issues, double now);
+  void dispatch(const TraceRequest* req, double now);
+  Status start_prefill(size_t p, double now);
+  void on_decode_done(uint32_t id, double now);
+  const std::vector<kv::Key128>& keys_of(const TraceRequest& r);
+
+  const Workload& w_;
+  SessionScheduler& sched_;
+  const CaseSpec& spec_;
+  const StudyOptions& o_;
+  engine::ModeledEngine engine_;
+  std::function<void(const RunProgress&)> progress_;
+  CaseResult res_;
+
+  VolumeFiles files_;
+  std::unique_ptr<kv::Store> store_;
+  std::unique_ptr<engine::StoreClient> client_;
+  std::unique_ptr<engine::KvConnector> connector_;
+  uint16_t ns_ = 0;
+  kv::Key128 ns_digest_;
+  uint32_t block_bytes_ = 0;
+
+  std::vector<std::vector<std::vector<kv::Key128>>> keys_;  // [session][turn]
+  std::unordered_map<kv::Key128, uint32_t, kv::Key128Hash> first_session_;
+  std::unique_ptr<serve::SoftStickyRouter> router_;
+  std::vector<PrefillReplica> prefills_;
+  std::vector<double> decode_budget_;
+  std::vector<Inflight> inflight_;
+  std::vector<std::pair<double, double>> busy_;
+  std::vector<Issue> pending_;  // issues waiting for their time (index = event idx)
+  std::deque<const TraceRequest*> client_queue_;
+  uint32_t in_flight_ = 0;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  uint64_t seq_ = 0;
+  uint64_t total_ = 0;
+  bool started_any_ = false;
+};
+
+Status Run::setup() {
+  if (o_.prefill_replicas == 0 || o_.decode_replicas == 0) {
+    return Status::invalid_argument("at least one prefill and one decode replica are needed");
+  }
+  if (w_.block_tokens == 0) return Status::invalid_argument("workload has no block size");
+  block_bytes_ = static_cast<uint32_t>(w_.block_tokens * engine_.stored_kv_bytes_per_token());
+  res_.block_bytes = block_bytes_;
+  total_ = w_.request_count();
+  for (const auto& g : w_.length_groups) res_.group_labels.push_back(g.label);
+
+  kv::Namespace ns;
+  ns.model_id = "Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8";
+  ns.model_revision = "modeled";
+  ns.tokenizer_id = "qwen3";
+  ns.kv_dtype = "bf16";
+  ns.kv_layout = "modeled:" + o_.profile.name;
+  ns.tokens_per_block = w_.block_tokens;
+  ns_digest_ = ns.digest();
+  keys_.resize(w_.sessions.size());
+  for (size_t s = 0; s < w_.sessions.size(); ++s) {
+    for (const auto& t : w_.sessions[s].turns) {
+      keys_[s].push_back(kv::chain_block_keys_from_ids(ns.scheme, ns_digest_, t.block_ids));
+    }
+  }
+
+  const double scale = o_.profile.byte_scale();
+  const uint64_t hbm_tokens = o_.hbm_pool_tokens ? o_.hbm_pool_tokens : o_.profile.hbm_pool_tokens;
+  const uint64_t hbm_blocks = static_cast<uint64_t>(
+      std::llround(static_cast<double>(hbm_tokens) * o_.profile.token_scale / w_.block_tokens));
+  prefills_.resize(o_.prefill_replicas);
+  for (auto& p : prefills_) {
+    if (spec_.hbm_pool) p.pool = std::make_unique<engine::HbmPrefixPool>(hbm_blocks);
+  }
+  decode_budget_.assign(o_.decode_replicas, 0);
+  serve::RouterOptions ro;
+  ro.spill_margin = o_.spill_margin_tokens;
+  router_ = std::make_unique<serve::SoftStickyRouter>(o_.prefill_replicas, o_.decode_replicas, ro);
+
+  if (!spec_.store) return Status::ok_status();
+  kv::StoreOptions so;
+  so.max_object_bytes = block_bytes_;
+  so.ram_bytes = spec_.ram_tier
+                     ? std::max<uint64_t>(static_cast<uint64_t>(o_.ram_bytes / scale), block_bytes_)
+                     : 0;
+  so.disk.region_bytes = kRegionBytes;
+  so.disk.max_payload_bytes = std::max<uint32_t>(block_bytes_, 4096);
+  so.disk.read_depth = o_.disk_read_depth;
+  if (spec_.disk_tier) {
+    auto vol = open_raid0_volume(o_, static_cast<uint64_t>(o_.disk_bytes / scale), &files_);
+    if (!vol.ok()) return vol.status();
+    so.volume = *vol;
+  }
+  auto st = kv::Store::open(so);
+  if (!st.ok()) return st.status();
+  store_ = std::move(*st);
+  client_ = engine::make_local_store_client(store_.get());
+  auto id = client_->register_namespace(ns);
+  if (!id.ok()) return id.status();
+  ns_ = *id;
+  connector_ = std::make_unique<engine::KvConnector>(client_.get(), ns_, block_bytes_);
+  return Status::ok_status();
+}
+
+const std::vector<kv::Key128>& Run::keys_of(const TraceRequest& r) {
+  return keys_[r.session][r.turn];
+}
+
+void Run::accept_issues(const std::vector<Issue>& issues, double now) {
+  for (const auto& is : issues) {
+    pending_.push_back(is);
+    push(std::max(is.at_s, now), EvKind::kArrive, static_cast<uint32_t>(pending_.size() - 1));
+  }
+}
+
+void Run::dispatch(const TraceRequest* req, double now) {
+  ++in_flight_;
+  Inflight f;
+  f.req = req;
+  f.dispatch_s = now;
+  if (!started_any_) {
+    started_any_ = true;
+    res_.first_start_s = now;
+  }
+  std::vector<double> scores;
+  for (const auto& p : prefills_) scores.push_back(p.score);
+  f.prefill = router_->route_prefill(req->session, scores);
+  f.decode = router_->route_decode(decode_budget_);
+  router_->record_pair(f.prefill, f.decode);
+  decode_budget_[f.decode] += o_.profile.real_tokens(req->output_tokens);
+  inflight_.push_back(f);
+  auto& p = prefills_[f.prefill];
+  p.score += o_.profile.real_tokens(req->prompt_tokens);
+  p.queue.push_back(static_cast<uint32_t>(inflight_.size() - 1));
+}
+
+Status Run::start_prefill(size_t pi, double now) {
+  auto& p = prefills_[pi];
+  if (p.busy || p.queue.empty()) return Status::ok_status();
+  const uint32_t id = p.queue.front();
+  p.queue.pop_front();
+  p.busy = true;
+  p.current = id;
+  auto& f = inflight_[id];
+  const TraceRequest& r = *f.req;
+  const auto& keys = keys_of(r);
+  const size_t n = keys.size();
+
+  size_t hbm = 0;
+  if (p.pool) hbm = p.pool->match_prefix(keys);
+  size_t cached = hbm;
+  size_t store_matched = 0;
+  double store_s = 0;
+  if (connector_) {
+    auto load = connector_->load_prefix(keys, hbm);
+    if (!load.ok()) return load.status();
+    store_matched = load->store_matched;
+    store_s += load->wall_s;
+    res_.verify_failures += load->verify_failures;
+    res_.store_load_bytes += load->bytes;
+    if (load->loaded > 0) {
+      ++res_.store_load_events;
+      res_.store_hit_blocks += load->loaded;
+      res_.store_blocks_from_ram += load->from_ram;
+      res_.store_blocks_from_disk += load->from_disk;
+      cached = hbm + load->loaded;
+    }
+  }
+  res_.prompt_blocks += n;
+  res_.hbm_hit_blocks += hbm;
+  res_.computed_blocks += n - cached;
+  for (size_t i = 0; i < n; ++i) {
+    auto [it, inserted] = first_session_.emplace(keys[i], r.session);
+    if (i < cached && !inserted) {
+      (it->second == r.session ? res_.same_session_blocks : res_.cross_session_blocks)++;
+    }
+  }
+  const uint64_t cached_tokens =
+      std::min<uint64_t>(static_cast<uint64_t>(cached) * w_.block_tokens, r.prompt_tokens);
+  res_.kv_served_tokens += o_.profile.real_tokens(cached_tokens);
+
+  // Blocks the store lacks are saved once computed (or, for HBM hits whose
+  // store copy is gone, from the replica's pool).
+  if (connector_ && store_matched < n) {
+    auto save = connector_->save(std::span(keys).subspan(store_matched));
+    if (!save.ok()) return save.status();
+    store_s += save->wall_s;
+    res_.write_refusals += save->refused;
+    res_.store_save_bytes += save->bytes;
+  }
+  if (p.pool) p.pool->insert(keys);
+
+  const double charged = store_s * o_.profile.byte_scale();
+  res_.store_wall_s += store_s;
+  res_.store_charged_s += charged;
+  const double prefill = engine_.prefill_seconds(r.prompt_tokens - cached_tokens, cached_tokens);
+  const double first_token = now + charged + prefill +
+                             engine_.pd_transfer_seconds(r.prompt_tokens) +
+                             engine_.decode_seconds(1);
+  res_.network_bytes += static_cast<uint64_t>(o_.profile.real_tokens(r.prompt_tokens) *
+                                              static_cast<double>(o_.profile.kv_bytes_per_token));
+  f.ttft_s = first_token - f.dispatch_s;
+  push(now + charged + prefill, EvKind::kPrefillFree, static_cast<uint32_t>(pi));
+  const uint32_t out = std::max<uint32_t>(r.output_tokens, 1);
+  push(first_token + engine_.decode_seconds(out - 1), EvKind::kDecodeDone, id);
+  return Status::ok_status();
+}
+
+void Run::on_decode_done(uint32_t id, double now) {
+  auto& f = inflight_[id];
+  --in_flight_;
+  decode_budget_[f.decode] -= o_.profile.real_tokens(f.req->output_tokens);
+  ++res_.completed;
+  res_.last_end_s = std::max(res_.last_end_s, now);
+  res_.ttft_s.push_back(f.ttft_s);
+  res_.ttft_group.push_back(f.req->length_group);
+  busy_.emplace_back(f.dispatch_s, now);
+  accept_issues(sched_.on_complete(*f.req, now), now);
+  if (progress_ && (res_.completed % 64 == 0 || res_.completed == total_)) {
+    progress_({res_.completed, total_});
+  }
+}
+
+Result<CaseResult> Run::run() {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (spec_.remote_volume) {
+    res_.available = false;
+    res_.unavailable_reason =
+        "not available: kvtier's NVMe/TCP host (NvmeTcpDevice) does not exist yet";
+    return res_;
+  }
+  if (auto st = setup(); !st.ok()) return st;
+  accept_issues(sched_.start(0.0), 0.0);
+  while (!events_.empty()) {
+    const Event ev = events_.top();
+    events_.pop();
+    switch (ev.kind) {
+      case EvKind::kArrive: {
+        const TraceRequest* req = pending_[ev.idx].request;
+        if (in_flight_ < o_.max_in_flight) {
+          dispatch(req, ev.t);
+          const size_t p = inflight_.back().prefill;
+          if (auto st = start_prefill(p, ev.t); !st.ok()) return st;
+        } else {
+          client_queue_.push_back(req);
+        }
+        break;
+      }
+      case EvKind::kPrefillFree: {
+        auto& p = prefills_[ev.idx];
+        p.busy = false;
+        p.score -= o_.profile.real_tokens(inflight_[p.current].req->prompt_tokens);
+        if (auto st = start_prefill(ev.idx, ev.t); !st.ok()) return st;
+        break;
+      }
+      case EvKind::kDecodeDone: {
+        on_decode_done(ev.idx, ev.t);
+        while (in_flight_ < o_.max_in_flight && !client_queue_.empty()) {
+          const TraceRequest* req = client_queue_.front();
+          client_queue_.pop_front();
+          dispatch(req, ev.t);
+          if (auto st = start_prefill(inflight_.back().prefill, ev.t); !st.ok()) return st;
+        }
+        break;
+      }
+    }
+  }
+  if (!sched_.exhausted()) {
+    return Status::internal("the session scheduler stopped issuing before the workload ended (" +
+                            std::to_string(res_.completed) + " of " + std::to_string(total_) +
+                            " requests)");
+  }
+  res_.throughput_rps = throughput_rps(res_.completed, res_.first_start_s, res_.last_end_s);
+  res_.busy_union_s = union_length(busy_);
+  res_.gross_busy_saved_ratio = gross_busy_time_saved(
+      res_.kv_served_tokens, o_.profile.prefill_tokens_per_s, res_.busy_union_s);
+  const auto& rs = router_->stats();
+  res_.later_turns = rs.later_turns;
+  res_.stayed_turns = rs.stayed;
+  res_.pair_counts = rs.pair_counts;
+  if (store_) {
+    const auto st = store_->stats();
+    res_.ram_evictions = st.evictions;
+    res_.ram_eviction_bytes = st.evictions * static_cast<uint64_t>(block_bytes_);
+    res_.device_reads = st.disk.reads;
+    res_.device_read_bytes = st.disk.bytes_read;
+    res_.device_writes = st.disk.region_writes;
+    res_.device_write_bytes = st.disk.bytes_written;
+  }
+  res_.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  store_.reset();
+  return res_;
+}
+
+}  // namespace
+
+Result<CaseResult> run_study_case(const Workload& workload, SessionScheduler& scheduler,
+                                  const std::string& protocol, StudyCase c,
+                                  const StudyOptions& options,
+                                  const std::function<void(const RunProgress&)>& progress) {
+  Run run(workload, scheduler, protocol, c, options, progress);
+  return run.run();
+}
+
+}  // namespace kvtier::bench

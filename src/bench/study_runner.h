@@ -1,0 +1,81 @@
+// The study runner: replays a workload under one protocol (a SessionScheduler)
+// through one of the six configurations, as a discrete-event run on a virtual
+// clock. GPU time is modeled (a replica is busy for the ModeledEngine's
+// prefill time); every store operation is really executed (real bytes, a real
+// Store with its RAM tier and a disk tier on O_DIRECT volume files) and its
+// measured wall time, multiplied by the profile's byte scale, is charged to
+// the virtual clock. So the store's own CPU and I/O costs are what the run
+// measures, while think times of seconds cost no wall time.
+//
+// Thread-safety: a run owns everything it creates; runs are sequential.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/session_scheduler.h"
+#include "bench/study_config.h"
+#include "bench/workload.h"
+#include "common/status.h"
+
+namespace kvtier::bench {
+
+// Everything measured in one run of one case under one protocol.
+struct CaseResult {
+  std::string protocol;  // "short-reuse", "long-reuse", "fleet"
+  StudyCase id = StudyCase::kA;
+  bool available = true;
+  std::string unavailable_reason;
+
+  uint64_t completed = 0;
+  double first_start_s = 0, last_end_s = 0;
+  double throughput_rps = 0;
+  std::vector<double> ttft_s;        // user TTFT per completed request
+  std::vector<uint32_t> ttft_group;  // its prompt-length group
+  std::vector<std::string> group_labels;
+
+  // Reuse, in blocks of the workload.
+  uint64_t prompt_blocks = 0, hbm_hit_blocks = 0, store_hit_blocks = 0, computed_blocks = 0;
+  uint64_t same_session_blocks = 0, cross_session_blocks = 0;
+  uint64_t store_load_events = 0;  // requests that loaded at least one block from the store
+  uint64_t store_blocks_from_ram = 0, store_blocks_from_disk = 0;
+  uint64_t store_load_bytes = 0, store_save_bytes = 0;
+  uint64_t verify_failures = 0;
+  uint64_t write_refusals = 0;
+  // Store and device counters (stored bytes; multiply by byte_scale for the
+  // deployment's bytes).
+  uint64_t ram_evictions = 0, ram_eviction_bytes = 0;
+  uint64_t device_reads = 0, device_read_bytes = 0;
+  uint64_t device_writes = 0, device_write_bytes = 0;
+  uint64_t network_bytes = 0;  // prefill-to-decode transfer (deployment bytes)
+  // Routing.
+  uint64_t later_turns = 0, stayed_turns = 0;
+  std::vector<uint64_t> pair_counts;
+  // Time.
+  double store_wall_s = 0;     // measured wall time of store calls
+  double store_charged_s = 0;  // the same, charged to the virtual clock
+  double busy_union_s = 0;
+  double kv_served_tokens = 0;  // deployment tokens served from HBM or store
+  double gross_busy_saved_ratio = 0;
+  double wall_s = 0;  // wall time of the whole run
+  double byte_scale = 1;
+  uint32_t block_bytes = 0;
+};
+
+struct RunProgress {
+  uint64_t done = 0, total = 0;
+};
+
+// Runs `c` on `workload` under `scheduler`. Bad options (no replicas, a
+// volume directory without O_DIRECT) are errors; E without an NVMe/TCP host
+// returns a result with available = false.
+Result<CaseResult> run_study_case(const Workload& workload, SessionScheduler& scheduler,
+                                  const std::string& protocol, StudyCase c,
+                                  const StudyOptions& options,
+                                  const std::function<void(const RunProgress&)>& progress = {});
+
+}  // namespace kvtier::bench
