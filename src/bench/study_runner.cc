@@ -74,7 +74,10 @@ struct PrefillReplica {
   std::deque<uint32_t> queue;  // inflight ids waiting
   bool busy = false;
   uint32_t current = 0;  // inflight id in service while busy
-  double score = 0;      // deployment tokens queued or in service
+  // Saves are write-behind: they overlap the replica's next compute, but the
+  // replica's next store load waits for them (one store path per replica).
+  double save_free_at = 0;
+  double score = 0;  // deployment tokens queued or in service
   std::unique_ptr<engine::HbmPrefixPool> pool;
 };
 
@@ -251,12 +254,12 @@ Status Run::start_prefill(size_t pi, double now) {
   if (p.pool) hbm = p.pool->match_prefix(keys);
   size_t cached = hbm;
   size_t store_matched = 0;
-  double store_s = 0;
+  double load_s = 0, save_s = 0;
   if (connector_) {
     auto load = connector_->load_prefix(keys, hbm);
     if (!load.ok()) return load.status();
     store_matched = load->store_matched;
-    store_s += load->wall_s;
+    load_s = load->wall_s;
     res_.verify_failures += load->verify_failures;
     res_.store_load_bytes += load->bytes;
     if (load->loaded > 0) {
@@ -285,23 +288,27 @@ Status Run::start_prefill(size_t pi, double now) {
   if (connector_ && store_matched < n) {
     auto save = connector_->save(std::span(keys).subspan(store_matched));
     if (!save.ok()) return save.status();
-    store_s += save->wall_s;
+    save_s = save->wall_s;
     res_.write_refusals += save->refused;
     res_.store_save_bytes += save->bytes;
   }
   if (p.pool) p.pool->insert(keys);
 
-  const double charged = store_s * o_.profile.byte_scale();
-  res_.store_wall_s += store_s;
-  res_.store_charged_s += charged;
+  const double scale = o_.profile.byte_scale();
+  res_.store_wall_s += load_s + save_s;
+  res_.store_load_wall_s += load_s;
+  res_.store_charged_s += (load_s + save_s) * scale;
+  // The load starts once the replica's earlier saves are out of the way.
+  const double load_start = connector_ ? std::max(now, p.save_free_at) : now;
   const double prefill = engine_.prefill_seconds(r.prompt_tokens - cached_tokens, cached_tokens);
-  const double first_token = now + charged + prefill +
-                             engine_.pd_transfer_seconds(r.prompt_tokens) +
-                             engine_.decode_seconds(1);
+  const double prefill_end = load_start + load_s * scale + prefill;
+  p.save_free_at = prefill_end + save_s * scale;
+  const double first_token =
+      prefill_end + engine_.pd_transfer_seconds(r.prompt_tokens) + engine_.decode_seconds(1);
   res_.network_bytes += static_cast<uint64_t>(o_.profile.real_tokens(r.prompt_tokens) *
                                               static_cast<double>(o_.profile.kv_bytes_per_token));
   f.ttft_s = first_token - f.dispatch_s;
-  push(now + charged + prefill, EvKind::kPrefillFree, static_cast<uint32_t>(pi));
+  push(prefill_end, EvKind::kPrefillFree, static_cast<uint32_t>(pi));
   const uint32_t out = std::max<uint32_t>(r.output_tokens, 1);
   push(first_token + engine_.decode_seconds(out - 1), EvKind::kDecodeDone, id);
   return Status::ok_status();

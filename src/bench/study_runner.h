@@ -56,8 +56,9 @@ struct CaseResult {
   uint64_t later_turns = 0, stayed_turns = 0;
   std::vector<uint64_t> pair_counts;
   // Time.
-  double store_wall_s = 0;     // measured wall time of store calls
-  double store_charged_s = 0;  // the same, charged to the virtual clock
+  double store_wall_s = 0;       // measured wall time of store calls
+  double store_load_wall_s = 0;  // of which lookups and loads (the rest: saves)
+  double store_charged_s = 0;    // the same, charged to the virtual clock
   double busy_union_s = 0;
   double kv_served_tokens = 0;  // deployment tokens served from HBM or store
   double gross_busy_saved_ratio = 0;

@@ -61,3 +61,31 @@ TEST(StudyRunner, SharedRamLoadsVerifiedBlocksAndCountsReuse) {
 
 }  // namespace
 }  // namespace kvtier::bench
+
+namespace kvtier::bench {
+namespace {
+
+void print(const CaseResult& r) {
+  std::printf(
+      "%s %s: %.4f rps ttft p50 %.2f p99 %.2f hbm %lu store %lu (ram %lu disk %lu) computed %lu "
+      "charged %.2fs wall %.3fs ev %lu dev_reads %lu refusals %lu stayed %lu/%lu\n",
+      r.protocol.c_str(), case_spec(r.id).letter, r.throughput_rps, percentile(r.ttft_s, 50),
+      percentile(r.ttft_s, 99), r.hbm_hit_blocks, r.store_hit_blocks, r.store_blocks_from_ram,
+      r.store_blocks_from_disk, r.computed_blocks, r.store_charged_s, r.wall_s, r.ram_evictions,
+      r.device_reads, r.write_refusals, r.stayed_turns, r.later_turns);
+}
+
+TEST(StudyRunner, DISABLED_Explore) {
+  auto w = testing::tiny_workload(48, 16, 30, 3, 2, 16, 8, 8);
+  auto o = small_options();
+  o.ram_bytes = 96ull << 30;
+  o.hbm_pool_tokens = 400000;
+  for (uint32_t min_other : {0u, 24u}) {
+    for (auto c : {StudyCase::kA, StudyCase::kB, StudyCase::kC, StudyCase::kD, StudyCase::kF}) {
+      print(run_case(w, c, o, 16, min_other));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvtier::bench

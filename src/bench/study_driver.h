@@ -1,0 +1,50 @@
+// The study driver: runs the chosen cases under the chosen protocols on one
+// workload, measures the physical limits of the same machine, and writes the
+// report folder (report.md, results.json and, through scripts/plot_study.py,
+// the PNG plots). `kvtier bench study` is a thin CLI over it.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/session_scheduler.h"
+#include "bench/study_config.h"
+#include "bench/study_report.h"
+#include "bench/workload.h"
+#include "common/status.h"
+
+namespace kvtier::bench {
+
+// Makes the scheduler of `protocol` ("short-reuse", "long-reuse", "fleet").
+using SchedulerFactory = std::function<Result<std::unique_ptr<SessionScheduler>>(
+    const Workload& w, const std::string& protocol)>;
+
+struct StudyRunOptions {
+  StudyOptions study;
+  std::vector<std::string> protocols = {"short-reuse", "long-reuse"};
+  std::vector<StudyCase> cases = {StudyCase::kA, StudyCase::kB, StudyCase::kC,
+                                  StudyCase::kD, StudyCase::kE, StudyCase::kF};
+  bool measure_limits = true;
+};
+
+struct StudyProgress {
+  std::string protocol;
+  StudyCase id = StudyCase::kA;
+  size_t run_index = 0, run_count = 0;  // which (protocol, case) run
+  uint64_t done = 0, total = 0;         // requests of that run
+};
+
+Result<StudyReport> run_study(const Workload& w, const StudyRunOptions& o,
+                              const SchedulerFactory& schedulers,
+                              const std::function<void(const StudyProgress&)>& progress = {});
+
+// Writes report.md and results.json (with per-request TTFTs) into `dir`
+// (created), then, when `plot_script` is not empty, runs it with python3 to
+// draw the PNGs. A plotting failure is returned as an error after the files
+// are written.
+Status write_study_report(const StudyReport& report, const std::string& dir,
+                          const std::string& plot_script);
+
+}  // namespace kvtier::bench
