@@ -53,6 +53,14 @@ Result<StudyReport> run_study(const Workload& w, const StudyRunOptions& o,
   return report;
 }
 
+std::string plot_python() {
+  if (const char* env = std::getenv("KVTIER_PYTHON")) return env;
+  // The distribution's interpreter has the distribution's matplotlib even
+  // when a user-level python3 comes first in PATH.
+  if (std::filesystem::exists("/usr/bin/python3")) return "/usr/bin/python3";
+  return "python3";
+}
+
 Status write_study_report(const StudyReport& report, const std::string& dir,
                           const std::string& plot_script) {
   std::error_code ec;
@@ -72,7 +80,7 @@ Status write_study_report(const StudyReport& report, const std::string& dir,
   }
   if (plot_script.empty()) return Status::ok_status();
   const std::string cmd =
-      "python3 '" + plot_script + "' '" + json_path.string() + "' '" + dir + "' >&2";
+      plot_python() + " '" + plot_script + "' '" + json_path.string() + "' '" + dir + "' >&2";
   const int rc = std::system(cmd.c_str());
   if (rc != 0) {
     return Status::failed_precondition("plotting failed (" + cmd + "), exit status " +

@@ -44,6 +44,10 @@ Result<StudyReport> run_study(const Workload& w, const StudyRunOptions& o,
 // (created), then, when `plot_script` is not empty, runs it with python3 to
 // draw the PNGs. A plotting failure is returned as an error after the files
 // are written.
+// The interpreter the plots run with: $KVTIER_PYTHON, else /usr/bin/python3
+// when present, else python3 from PATH.
+std::string plot_python();
+
 Status write_study_report(const StudyReport& report, const std::string& dir,
                           const std::string& plot_script);
 

@@ -299,10 +299,10 @@ Status Run::start_prefill(size_t pi, double now) {
   res_.store_load_wall_s += load_s;
   res_.store_charged_s += (load_s + save_s) * scale;
   // The load starts once the replica's earlier saves are out of the way.
-  const double load_start = connector_ ? std::max(now, p.save_free_at) : now;
+  const double load_start = load_s > 0 && cached > hbm ? std::max(now, p.save_free_at) : now;
   const double prefill = engine_.prefill_seconds(r.prompt_tokens - cached_tokens, cached_tokens);
   const double prefill_end = load_start + load_s * scale + prefill;
-  p.save_free_at = prefill_end + save_s * scale;
+  p.save_free_at = std::max(prefill_end, p.save_free_at) + save_s * scale;
   const double first_token =
       prefill_end + engine_.pd_transfer_seconds(r.prompt_tokens) + engine_.decode_seconds(1);
   res_.network_bytes += static_cast<uint64_t>(o_.profile.real_tokens(r.prompt_tokens) *

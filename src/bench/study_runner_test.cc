@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
 
 #include "bench/study_metrics.h"
 #include "bench/study_testing.h"
@@ -65,26 +69,79 @@ TEST(StudyRunner, SharedRamLoadsVerifiedBlocksAndCountsReuse) {
 namespace kvtier::bench {
 namespace {
 
-void print(const CaseResult& r) {
-  std::printf(
-      "%s %s: %.4f rps ttft p50 %.2f p99 %.2f hbm %lu store %lu (ram %lu disk %lu) computed %lu "
-      "charged %.2fs wall %.3fs ev %lu dev_reads %lu refusals %lu stayed %lu/%lu\n",
+std::string summary(const CaseResult& r) {
+  char buf[512];
+  std::snprintf(
+      buf, sizeof buf,
+      "%s %s: %.4f req/s, TTFT p50 %.2f s, HBM %lu, store %lu (RAM %lu, disk %lu), "
+      "computed %lu, store wall %.3f s (loads %.3f s), charged %.1f s, verify failures %lu",
       r.protocol.c_str(), case_spec(r.id).letter, r.throughput_rps, percentile(r.ttft_s, 50),
-      percentile(r.ttft_s, 99), r.hbm_hit_blocks, r.store_hit_blocks, r.store_blocks_from_ram,
-      r.store_blocks_from_disk, r.computed_blocks, r.store_charged_s, r.wall_s, r.ram_evictions,
-      r.device_reads, r.write_refusals, r.stayed_turns, r.later_turns);
+      static_cast<unsigned long>(r.hbm_hit_blocks), static_cast<unsigned long>(r.store_hit_blocks),
+      static_cast<unsigned long>(r.store_blocks_from_ram),
+      static_cast<unsigned long>(r.store_blocks_from_disk),
+      static_cast<unsigned long>(r.computed_blocks), r.store_wall_s, r.store_load_wall_s,
+      r.store_charged_s, static_cast<unsigned long>(r.verify_failures));
+  return buf;
 }
 
-TEST(StudyRunner, DISABLED_Explore) {
+// The expected shape at small scale, on a hand-made workload of 48 sessions x
+// 16 turns (prompts of 30-75 blocks = 30K-77K deployment tokens) with the
+// scaled profile. Short reuse: 16 active sessions, 8 s between turns.
+TEST(StudyShape, ShortReuseSharedTiersFarAboveRecomputeAndLocalCache) {
   auto w = testing::tiny_workload(48, 16, 30, 3, 2, 16, 8, 8);
   auto o = small_options();
   o.ram_bytes = 96ull << 30;
-  o.hbm_pool_tokens = 400000;
-  for (uint32_t min_other : {0u, 24u}) {
-    for (auto c : {StudyCase::kA, StudyCase::kB, StudyCase::kC, StudyCase::kD, StudyCase::kF}) {
-      print(run_case(w, c, o, 16, min_other));
-    }
+  std::map<StudyCase, CaseResult> r;
+  for (auto c : {StudyCase::kA, StudyCase::kB, StudyCase::kC, StudyCase::kD}) {
+    r[c] = run_case(w, c, o, 16, 0);
+    SCOPED_TRACE(summary(r[c]));
+    EXPECT_EQ(r[c].completed, w.request_count());
+    EXPECT_EQ(r[c].verify_failures, 0u);
   }
+  const double a = r[StudyCase::kA].throughput_rps, b = r[StudyCase::kB].throughput_rps;
+  const double c = r[StudyCase::kC].throughput_rps, d = r[StudyCase::kD].throughput_rps;
+  const std::string all = summary(r[StudyCase::kA]) + "\n" + summary(r[StudyCase::kB]) + "\n" +
+                          summary(r[StudyCase::kC]) + "\n" + summary(r[StudyCase::kD]);
+  EXPECT_GT(b, a) << all;
+  EXPECT_GT(c, 1.3 * a) << all;
+  EXPECT_GT(d, 1.3 * a) << all;
+  EXPECT_GT(c, 1.15 * b) << all;
+  EXPECT_GT(d, 1.15 * b) << all;
+  EXPECT_LT(std::abs(c - d) / std::max(c, d), 0.10) << all;
+  // In short reuse the RAM tier serves almost everything.
+  EXPECT_GT(r[StudyCase::kD].store_blocks_from_ram, 4 * r[StudyCase::kD].store_blocks_from_disk)
+      << all;
+}
+
+// Long reuse: every session waits behind 24 other completions, which turns
+// the HBM pools and the RAM tier over. Whether a disk-served prefix beats
+// recomputation depends on the volume's read rate against the rate at which
+// the GPU regenerates KV (H100: 14,850 tokens/s x 96 KiB = 1.46 GB/s, about
+// what a small VM's disk reads). This test pins the mechanism with a GPU a
+// quarter as fast (0.37 GB/s of KV), where loads from any disk that reads at
+// a few hundred MB/s must win; the default run reports the H100 figures.
+TEST(StudyShape, LongReuseDiskTiersAboveRamOnlyAndLocalCache) {
+  auto w = testing::tiny_workload(48, 16, 30, 3, 2, 16, 8, 8);
+  auto o = small_options();
+  o.ram_bytes = 96ull << 30;
+  o.profile.prefill_tokens_per_s /= 4;
+  std::map<StudyCase, CaseResult> r;
+  for (auto c : {StudyCase::kB, StudyCase::kC, StudyCase::kD, StudyCase::kF}) {
+    r[c] = run_case(w, c, o, 48, 24);
+    EXPECT_EQ(r[c].completed, w.request_count());
+    EXPECT_EQ(r[c].verify_failures, 0u);
+  }
+  const double b = r[StudyCase::kB].throughput_rps, c = r[StudyCase::kC].throughput_rps;
+  const double d = r[StudyCase::kD].throughput_rps, f = r[StudyCase::kF].throughput_rps;
+  const std::string all = summary(r[StudyCase::kB]) + "\n" + summary(r[StudyCase::kC]) + "\n" +
+                          summary(r[StudyCase::kD]) + "\n" + summary(r[StudyCase::kF]);
+  // The wide working set evicts RAM before sessions return ...
+  EXPECT_LT(r[StudyCase::kC].store_hit_blocks, r[StudyCase::kD].store_hit_blocks / 4) << all;
+  // ... and the disk copy serves it.
+  EXPECT_GT(r[StudyCase::kD].store_blocks_from_disk, r[StudyCase::kD].store_blocks_from_ram) << all;
+  EXPECT_GT(d, 1.2 * c) << all;
+  EXPECT_GT(d, 1.2 * b) << all;
+  EXPECT_GE(f, 0.95 * d) << all;
 }
 
 }  // namespace
