@@ -7,9 +7,13 @@
 //   page 1 ..         checkpoint area (written at clean shutdown)
 //   data_offset ..    region_count equal regions of log-structured entries
 //
-// An entry is an EntryHeader followed by the payload, padded to 4 KiB pages;
-// entries are appended to a region from its start, so every entry starts on a
-// page boundary.
+// An entry (format version 2) is one header page holding the EntryHeader
+// (zero-padded to 4 KiB) followed by the payload, which therefore starts on a
+// page boundary and is itself padded to whole pages. Entries are appended to
+// a region from its start, so every entry starts on a page boundary, and a
+// cold read can put the payload straight into a page-aligned caller buffer
+// with O_DIRECT. Version 1 (payload right after the 128-byte header) is not
+// read any more: such a volume is reformatted (or refused, see DiskTierOptions).
 #pragma once
 
 #include <bit>
@@ -22,7 +26,7 @@ namespace kvtier::kv::disk {
 static_assert(std::endian::native == std::endian::little, "kvtier's formats are little-endian");
 
 constexpr uint32_t kPageBytes = 4096;
-constexpr uint16_t kFormatVersion = 1;
+constexpr uint16_t kFormatVersion = 2;
 constexpr uint32_t kSuperMagic = 0x5354564B;       // "KVTS"
 constexpr uint32_t kEntryMagic = 0x4554564B;       // "KVTE"
 constexpr uint32_t kCheckpointMagic = 0x4354564B;  // "KVTC"
@@ -45,8 +49,13 @@ struct Superblock {
   uint64_t checkpoint_bytes;
   uint32_t checkpoint_crc;
   uint32_t reserved1;
+  // Every region generation (EntryHeader::region_seq) in use is below this
+  // floor; it is raised on the volume before a generation at or above it is
+  // handed out, so a crash can never lead to a generation number being reused
+  // (a reused number would let an old region's leftovers pass as new entries).
+  uint64_t seq_floor;
 };
-static_assert(sizeof(Superblock) == 80);
+static_assert(sizeof(Superblock) == 88);
 
 struct EntryHeader {
   uint32_t magic;
@@ -99,8 +108,11 @@ struct CheckpointEntry {
 };
 static_assert(sizeof(CheckpointEntry) == 48);
 
+// Where the payload starts, counted from the start of its entry.
+constexpr uint64_t kPayloadOffset = kPageBytes;
+
 inline uint64_t entry_bytes(uint64_t payload_bytes) {
-  return align_up(sizeof(EntryHeader) + payload_bytes, kPageBytes);
+  return kPayloadOffset + align_up(payload_bytes, kPageBytes);
 }
 
 }  // namespace kvtier::kv::disk

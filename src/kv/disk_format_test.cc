@@ -35,40 +35,42 @@ constexpr uint64_t kVolumeBytes = 8ull << 20;
 constexpr uint64_t kDataOffset = 1ull << 20;
 
 constexpr uint32_t kPayloadCrc = 0x0029b39d;
-constexpr uint32_t kEntryHeaderCrc = 0x2994ece6;
-constexpr uint32_t kSuperblockCrc = 0x7f592858;  // freshly formatted
-constexpr uint32_t kCheckpointCrc = 0x4a265b15;
-constexpr uint32_t kClosedSuperblockCrc = 0xba5cabb1;  // after close()
+constexpr uint32_t kEntryHeaderCrc = 0xb5add3a7;
+constexpr uint32_t kSuperblockCrc = 0xc11cbaf6;  // freshly formatted
+constexpr uint32_t kCheckpointCrc = 0xdfe4c668;
+constexpr uint32_t kClosedSuperblockCrc = 0x15985285;  // after close()
 
 const char* const kEntryHex =
-    "4b565445010080000100000000000000"   // magic "KVTE", version 1, header_bytes 128, region_seq 1
+    "4b565445020080000100000000000000"   // magic "KVTE", version 2, header_bytes 128, region_seq 1
     "efcdab89674523018e1c91c3c6968f12"   // volume_id, key_hi
     "a6254f1e52fc3da30a7d8012e1fba65c"   // key_lo, ns_hi
     "f41f31372440688e0d0000009db32900"   // ns_lo, payload_bytes 13, payload_crc
-    "e6ec9429000000000000000000000000"   // header_crc, reserved[0..2]
+    "a7d3adb5000000000000000000000000"   // header_crc, reserved[0..2]
     "00000000000000000000000000000000"   // reserved
     "00000000000000000000000000000000"   // reserved
     "00000000000000000000000000000000";  // reserved[11..14]
 
 const char* const kSuperblockHex =
-    "4b565453010000005828597f00100000"   // "KVTS", version 1, reserved0, header_crc, page_bytes
-    "efcdab89674523010000100000000000"   // volume_id, region_bytes 1 MiB
-    "00001000000000000010000000000000"   // data_offset 1 MiB, checkpoint_offset 4096
-    "00200000000000000700000000000000"   // checkpoint_capacity 8192, region_count 7, state 0
-    "00000000000000000000000000000000";  // checkpoint_bytes 0, checkpoint_crc 0, reserved1
+    "4b56545302000000f6ba1cc100100000"  // "KVTS", version 2, reserved0, header_crc, page_bytes
+    "efcdab89674523010000100000000000"  // volume_id, region_bytes 1 MiB
+    "00001000000000000010000000000000"  // data_offset 1 MiB, checkpoint_offset 4096
+    "00200000000000000700000000000000"  // checkpoint_capacity 8192, region_count 7, state 0
+    "00000000000000000000000000000000"  // checkpoint_bytes 0, checkpoint_crc 0, reserved1
+    "0100000000000000";                 // seq_floor 1
 
 const char* const kClosedSuperblockHex =
-    "4b56545301000000b1ab5cba00100000"
+    "4b565453020000008552981500100000"
     "efcdab89674523010000100000000000"
     "00001000000000000010000000000000"
-    "00200000000000000700000001000000"   // ... checkpoint_state 1 (valid)
-    "c800000000000000155b264a00000000";  // checkpoint_bytes 200, checkpoint_crc
+    "00200000000000000700000001000000"  // ... checkpoint_state 1 (valid)
+    "c80000000000000068c6e4df00000000"  // checkpoint_bytes 200, checkpoint_crc
+    "0104000000000000";                 // seq_floor 1025
 
 const char* const kCheckpointHex =
-    "4b56544301000000efcdab8967452301"  // magic "KVTC", version 1, reserved0, volume_id
+    "4b56544302000000efcdab8967452301"  // magic "KVTC", version 2, reserved0, volume_id
     "02000000000000000700000000000000"  // next_region_seq 2, region_count 7, reserved1
     "0100000000000000"                  // entry_count 1
-    "01000000000000000010000001000000"  // region 0: seq 1, fill 4096, sealed
+    "01000000000000000020000001000000"  // region 0: seq 1, fill 8192, sealed
     "00000000000000000000000000000000"  // regions 1..6: free
     "00000000000000000000000000000000"
     "00000000000000000000000000000000"
@@ -137,6 +139,7 @@ Superblock golden_superblock() {
   s.checkpoint_capacity = 8192;
   s.region_count = 7;
   s.checkpoint_state = disk::kNoCheckpoint;
+  s.seq_floor = 1;
   s.header_crc = crc_with_zeroed_field(s);
   return s;
 }
@@ -226,7 +229,8 @@ TEST(DiskFormat, Crc32cCheckValue) {
 }
 
 TEST(DiskFormat, StructSizesAndFieldOffsets) {
-  EXPECT_EQ(sizeof(Superblock), 80u);
+  EXPECT_EQ(sizeof(Superblock), 88u);
+  EXPECT_EQ(offsetof(Superblock, seq_floor), 80u);
   EXPECT_EQ(offsetof(Superblock, header_crc), 8u);
   EXPECT_EQ(offsetof(Superblock, volume_id), 16u);
   EXPECT_EQ(offsetof(Superblock, region_count), 56u);
@@ -244,9 +248,12 @@ TEST(DiskFormat, StructSizesAndFieldOffsets) {
   EXPECT_EQ(sizeof(CheckpointEntry), 48u);
   EXPECT_EQ(offsetof(CheckpointEntry, page), 32u);
   EXPECT_EQ(offsetof(CheckpointEntry, disk_hits), 40u);
-  EXPECT_EQ(disk::entry_bytes(1), 4096u);
-  EXPECT_EQ(disk::entry_bytes(4096 - 128), 4096u);
-  EXPECT_EQ(disk::entry_bytes(4096 - 127), 8192u);
+  // Version 2: a header page, then the payload from a page boundary.
+  EXPECT_EQ(disk::kPayloadOffset, 4096u);
+  EXPECT_EQ(disk::entry_bytes(1), 8192u);
+  EXPECT_EQ(disk::entry_bytes(4096), 8192u);
+  EXPECT_EQ(disk::entry_bytes(4097), 12288u);
+  EXPECT_EQ(disk::entry_bytes(1536u << 10), (1536u << 10) + 4096u);
 }
 
 TEST(DiskFormat, EntryHeaderGoldenBytes) {
@@ -298,9 +305,12 @@ TEST(DiskFormat, StoreWritesTheGoldenImage) {
   std::memcpy(&e, raw + kDataOffset, sizeof(e));
   EXPECT_EQ(e.volume_id, real.volume_id);
   EXPECT_EQ(crc_with_zeroed_field(e), e.header_crc);
-  EXPECT_EQ(std::memcmp(raw + kDataOffset + sizeof(e), kPayload, kPayloadLen), 0);
-  EXPECT_TRUE(all_zero(raw + kDataOffset + sizeof(e) + kPayloadLen,
-                       disk::kPageBytes - sizeof(e) - kPayloadLen));
+  // The header page is zero after the header; the payload starts on the next
+  // page and its page is zero after it.
+  EXPECT_TRUE(all_zero(raw + kDataOffset + sizeof(e), disk::kPageBytes - sizeof(e)));
+  const std::byte* payload = raw + kDataOffset + disk::kPayloadOffset;
+  EXPECT_EQ(std::memcmp(payload, kPayload, kPayloadLen), 0);
+  EXPECT_TRUE(all_zero(payload + kPayloadLen, disk::kPageBytes - kPayloadLen));
   e.volume_id = kVolumeId;
   e.header_crc = crc_with_zeroed_field(e);
   EXPECT_EQ(hex(e), kEntryHex);
@@ -323,6 +333,8 @@ TEST(DiskFormat, StoreWritesTheGoldenImage) {
 
   Superblock s = real;
   EXPECT_EQ(crc_with_zeroed_field(s), s.header_crc);
+  // Opening region 0 (generation 1) reserved generations up to 1025.
+  EXPECT_EQ(s.seq_floor, 1025u);
   s.volume_id = kVolumeId;
   s.checkpoint_crc = crc32c(ckpt, sizeof(ckpt));
   s.header_crc = crc_with_zeroed_field(s);
@@ -386,6 +398,31 @@ TEST(DiskFormat, SuperblockOfAnotherVersionIsReformatted) {
   s.header_crc = crc_with_zeroed_field(s);  // well-formed, just another version
   put_superblock(*mem, s);
   expect_reformatted(mem, s.volume_id);
+}
+
+// A volume of format version 1 (80-byte superblock, payload right after the
+// 128-byte entry header) is not read: it is reformatted, or refused with an
+// error naming the version when reformatting is off.
+TEST(DiskFormat, Version1VolumeIsReformattedOrRefused) {
+  auto mem = closed_volume();
+  Superblock s = superblock_of(*mem);
+  const uint64_t old_id = s.volume_id;
+  s.version = 1;
+  s.seq_floor = 0;
+  s.header_crc = 0;
+  s.header_crc = crc32c(&s, 80);  // version 1 covered 80 bytes
+  put_superblock(*mem, s);
+  {
+    StoreOptions o = options(mem);
+    o.disk.format_if_invalid = false;
+    auto st = Store::open(o);
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(st.status().to_string().find("format version 1"), std::string::npos)
+        << st.status().to_string();
+    EXPECT_EQ(superblock_of(*mem).version, 1u);  // refused: nothing written
+  }
+  expect_reformatted(mem, old_id);
 }
 
 TEST(DiskFormat, SuperblockWithBadCrcIsReformatted) {

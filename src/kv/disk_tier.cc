@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <random>
+#include <string>
 
 #include "blk/uring_device.h"
 #include "common/clock.h"
@@ -67,7 +68,7 @@ struct DiskTier::Region {
 struct DiskTier::Counters {
   std::atomic<uint64_t> appends{0}, bytes_appended{0};
   std::atomic<uint64_t> region_writes{0}, bytes_written{0}, write_errors{0};
-  std::atomic<uint64_t> reads{0}, bytes_read{0}, buffer_reads{0};
+  std::atomic<uint64_t> reads{0}, bytes_read{0}, buffer_reads{0}, direct_reads{0};
   std::atomic<uint64_t> read_corrupt{0}, read_io_errors{0};
   std::atomic<uint64_t> regions_reclaimed{0}, entries_evicted{0}, entries_reinserted{0};
   std::atomic<uint64_t> recovered_entries{0}, recovery_dropped{0};
@@ -88,13 +89,11 @@ uint32_t superblock_crc_of(Superblock s) {
   return crc32c(&s, sizeof(s));
 }
 
-// Checks an entry image against what the index expects. kNotFound: a
+// Checks an entry header against what the index expects. kNotFound: a
 // different, intact entry is there (the region was reused); kCorruption: the
 // bytes do not verify.
-Status check_entry(const std::byte* entry, uint64_t volume_id, const Key128& key,
-                   const Key128& ns_digest, uint32_t length) {
-  EntryHeader h;
-  std::memcpy(&h, entry, sizeof(h));
+Status check_header(const EntryHeader& h, uint64_t volume_id, const Key128& key,
+                    const Key128& ns_digest, uint32_t length) {
   if (h.magic != kEntryMagic || h.version != kFormatVersion || h.header_bytes != sizeof(h) ||
       header_crc_of(h) != h.header_crc) {
     return Status::corruption("entry header does not verify");
@@ -106,7 +105,16 @@ Status check_entry(const std::byte* entry, uint64_t volume_id, const Key128& key
     return Status::not_found("entry belongs to another namespace");
   }
   if (h.payload_bytes != length) return Status::corruption("entry length mismatch");
-  if (crc32c(entry + sizeof(h), length) != h.payload_crc) {
+  return Status::ok_status();
+}
+
+// The same for a whole entry image (header page, then the payload).
+Status check_entry(const std::byte* entry, uint64_t volume_id, const Key128& key,
+                   const Key128& ns_digest, uint32_t length) {
+  EntryHeader h;
+  std::memcpy(&h, entry, sizeof(h));
+  KVTIER_RETURN_IF_ERROR(check_header(h, volume_id, key, ns_digest, length));
+  if (crc32c(entry + kPayloadOffset, length) != h.payload_crc) {
     return Status::corruption("payload checksum mismatch");
   }
   return Status::ok_status();
@@ -156,6 +164,20 @@ void DiskTier::register_buffers() {
   };
   for (auto& b : write_bufs_) reg(b);
   for (size_t i = 0; i < stage_->size(); ++i) reg(stage_->buf(static_cast<int>(i)));
+}
+
+namespace {
+// Generations are reserved on the volume in steps of this many, so the
+// superblock is rewritten once per this many region openings.
+constexpr uint64_t kSeqReserveStep = 1024;
+}  // namespace
+
+Status DiskTier::reserve_seq_locked() {
+  if (next_seq_ < sb_.seq_floor) return Status::ok_status();
+  // Synchronous under mu_: rare, and the superblock write's completion does
+  // not need mu_.
+  sb_.seq_floor = next_seq_ + kSeqReserveStep;
+  return write_superblock();
 }
 
 Result<std::unique_ptr<DiskTier>> DiskTier::open(std::shared_ptr<blk::BlockDevice> device,
@@ -235,13 +257,26 @@ Status DiskTier::init() {
   }
   stage_ = std::make_shared<StagePool>(opts_.read_depth, max_entry_bytes_);
   register_buffers();
+  direct_ok_ = opts_.direct_reads == DiskTierOptions::DirectReads::kAlways ||
+               (opts_.direct_reads == DiskTierOptions::DirectReads::kAuto &&
+                dynamic_cast<blk::UringDevice*>(dev_.get()) != nullptr);
 
   // Superblock.
   AlignedBuffer page(kPageBytes, kDirectIoAlignment, true);
   Status rs = dev_->read_sync(0, page.view());
   bool valid = false;
+  std::string why = "no valid kvtier superblock";
   if (rs.ok()) {
     std::memcpy(&sb_, page.data(), sizeof(sb_));
+    // Version 1 superblocks were 80 bytes: their CRC covers less, so tell
+    // such a volume apart by magic and version alone.
+    if (sb_.magic == kSuperMagic && sb_.version != kFormatVersion) {
+      why = fmt::format(
+          "format version {} (this build reads only version {}: the payload layout changed)",
+          sb_.version, kFormatVersion);
+    } else if (sb_.magic == kSuperMagic) {
+      why = "a kvtier superblock of another geometry or failing its checksum";
+    }
     valid = sb_.magic == kSuperMagic && sb_.version == kFormatVersion &&
             superblock_crc_of(sb_) == sb_.header_crc && sb_.page_bytes == kPageBytes &&
             sb_.region_bytes == opts_.region_bytes && sb_.data_offset == data_offset &&
@@ -251,8 +286,11 @@ Status DiskTier::init() {
   if (!valid) {
     if (!opts_.format_if_invalid) {
       return Status::failed_precondition(
-          fmt::format("volume {} has no valid kvtier superblock of this geometry", dev_->name()));
+          fmt::format("volume {} has {}; reformat it (it is a cache) or open it with "
+                      "format_if_invalid",
+                      dev_->name(), why));
     }
+    spdlog::info("disk tier: {} has {}", dev_->name(), why);
     sb_ = Superblock{};
     sb_.magic = kSuperMagic;
     sb_.version = kFormatVersion;
@@ -264,6 +302,7 @@ Status DiskTier::init() {
     sb_.checkpoint_capacity = ckpt_cap;
     sb_.region_count = region_count_;
     sb_.checkpoint_state = kNoCheckpoint;
+    sb_.seq_floor = 1;
     spdlog::info("disk tier: formatting {} ({} regions of {} bytes)", dev_->name(), region_count_,
                  opts_.region_bytes);
     KVTIER_RETURN_IF_ERROR(write_superblock());
@@ -284,6 +323,8 @@ Status DiskTier::init() {
     if (!loaded.ok()) KVTIER_RETURN_IF_ERROR(scan_regions());
   }
   rebuild_fifo();
+  // Never hand out a generation that a crashed run may have used.
+  next_seq_ = std::max(next_seq_, sb_.seq_floor);
   return Status::ok_status();
 }
 
@@ -407,7 +448,7 @@ Status DiskTier::scan_regions() {
           off + eb > opts_.region_bytes) {
         break;
       }
-      if (crc32c(rb.data() + off + sizeof(h), h.payload_bytes) == h.payload_crc) {
+      if (crc32c(rb.data() + off + kPayloadOffset, h.payload_bytes) == h.payload_crc) {
         auto ns = namespaces_->intern(Key128{h.ns_hi, h.ns_lo}, false);
         if (!ns.ok()) {  // namespace table full: this block cannot be indexed
           c_->recovery_dropped.fetch_add(1, kRelaxed);
@@ -607,6 +648,13 @@ Status DiskTier::open_region_locked(std::unique_lock<std::mutex>& lock) {
       lock.lock();
     }
   }
+  Status reserved = reserve_seq_locked();
+  if (!reserved.ok()) {
+    // The region stays usable later; put it back where it came from.
+    regions_[id].state = Region::kFree;
+    free_regions_.push_back(id);
+    return reserved;
+  }
   Region& r = regions_[id];
   r.state = Region::kOpen;
   r.seq = next_seq_++;
@@ -623,8 +671,9 @@ Status DiskTier::open_region_locked(std::unique_lock<std::mutex>& lock) {
     if (h.ok) {
       EntryHeader eh;
       std::memcpy(&eh, h.data.data(), sizeof(eh));
-      new_page = append_locked(h.rec.key, namespaces_->digest(h.rec.ns),
-                               ByteView(h.data.data() + sizeof(eh), h.rec.length), eh.payload_crc);
+      new_page =
+          append_locked(h.rec.key, namespaces_->digest(h.rec.ns),
+                        ByteView(h.data.data() + kPayloadOffset, h.rec.length), eh.payload_crc);
       c_->entries_reinserted.fetch_add(1, kRelaxed);
     } else {
       c_->entries_evicted.fetch_add(1, kRelaxed);
@@ -656,11 +705,14 @@ uint32_t DiskTier::append_locked(const Key128& key, const Key128& ns_digest, Byt
   h.payload_bytes = static_cast<uint32_t>(payload.size());
   h.payload_crc = crc;
   h.header_crc = header_crc_of(h);
+  // No stale memory reaches the volume: the header page and the payload's
+  // last page are padded with zeros.
   std::memcpy(dst, &h, sizeof(h));
-  std::memcpy(dst + sizeof(h), payload.data(), payload.size());
+  std::memset(dst + sizeof(h), 0, kPayloadOffset - sizeof(h));
+  std::memcpy(dst + kPayloadOffset, payload.data(), payload.size());
   const uint64_t eb = entry_bytes(payload.size());
-  const uint64_t used = sizeof(h) + payload.size();
-  std::memset(dst + used, 0, eb - used);  // no stale memory reaches the volume
+  const uint64_t used = kPayloadOffset + payload.size();
+  std::memset(dst + used, 0, eb - used);
   const uint32_t page = first_page_of(static_cast<uint32_t>(open_)) + r.fill / kPageBytes;
   r.fill += static_cast<uint32_t>(eb);
   r.keys.push_back(key);
@@ -689,10 +741,15 @@ void DiskTier::read_async(const IndexRecord& rec, std::shared_ptr<ReadTarget> ta
       Status st = check_entry(entry, volume_id, rec.key, ns_digest, rec.length);
       c_->buffer_reads.fetch_add(1, kRelaxed);
       if (st.code() == StatusCode::kCorruption) c_->read_corrupt.fetch_add(1, kRelaxed);
-      target->complete(st, ByteView(entry + sizeof(EntryHeader), rec.length),
-                       payload_crc_of(entry));
+      target->complete(st, ByteView(entry + kPayloadOffset, rec.length), payload_crc_of(entry));
       return;
     }
+  }
+  if (direct_ok_ && rec.length >= kPageBytes && target->out().size() >= rec.length &&
+      is_aligned_ptr(target->out().data(), kPageBytes) &&
+      overdue_direct_->load(std::memory_order_acquire) == 0) {
+    read_direct(rec, ns_digest, std::move(target));
+    return;
   }
   // A pooled (registered) staging buffer if one is free; otherwise a
   // temporary one. Never wait here: several callers each holding part of
@@ -716,11 +773,70 @@ void DiskTier::read_async(const IndexRecord& rec, std::shared_ptr<ReadTarget> ta
                } else {
                  counters->read_io_errors.fetch_add(1, kRelaxed);
                }
-               target->complete_deferred(st, ByteView(entry + sizeof(EntryHeader), rec.length),
+               target->complete_deferred(st, ByteView(entry + kPayloadOffset, rec.length),
                                          payload_crc_of(entry), [pool, slot, temp] {
                                            if (slot >= 0) pool->release(slot);
                                          });
              });
+}
+
+void DiskTier::read_direct(const IndexRecord& rec, const Key128& ns_digest,
+                           std::shared_ptr<ReadTarget> target) {
+  // Up to three device reads: the header page and the payload's partial last
+  // page into a small buffer of our own, the payload's whole pages straight
+  // into the caller's buffer (which must not be written past rec.length).
+  const uint32_t body = align_down(rec.length, kPageBytes);
+  const uint32_t tail = rec.length - body;
+  struct Direct {
+    AlignedBuffer meta{2 * kPageBytes, kDirectIoAlignment};
+    std::atomic<int> left{0};
+    std::mutex mu;
+    Status error;  // first failure, guarded by mu
+  };
+  auto d = std::make_shared<Direct>();
+  d->left.store(tail > 0 ? 3 : 2, kRelaxed);
+  target->begin_direct(overdue_direct_);
+  c_->reads.fetch_add(1, kRelaxed);
+  c_->direct_reads.fetch_add(1, kRelaxed);
+  const uint64_t entry_off = uint64_t{rec.disk_page} * kPageBytes;
+  const uint64_t volume_id = sb_.volume_id;
+  std::shared_ptr<Counters> counters = c_;
+  auto part_done = [d, target, counters, rec, ns_digest, volume_id, body, tail](Status st) {
+    if (!st.ok()) {
+      std::lock_guard lock(d->mu);
+      if (d->error.ok()) d->error = std::move(st);
+    }
+    if (d->left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    // Last part: every read has landed (or failed).
+    Status result = d->error;
+    uint32_t crc = 0;
+    if (!result.ok()) {
+      counters->read_io_errors.fetch_add(1, kRelaxed);
+    } else {
+      counters->bytes_read.fetch_add(entry_bytes(rec.length), kRelaxed);
+      EntryHeader h;
+      std::memcpy(&h, d->meta.data(), sizeof(h));
+      result = check_header(h, volume_id, rec.key, ns_digest, rec.length);
+      if (result.ok()) {
+        std::byte* out = target->out().data();
+        if (tail > 0) std::memcpy(out + body, d->meta.data() + kPageBytes, tail);
+        crc = h.payload_crc;
+        if (crc32c(out, rec.length) != h.payload_crc) {
+          result = Status::corruption("payload checksum mismatch");
+        }
+      }
+      if (result.code() == StatusCode::kCorruption) {
+        counters->read_corrupt.fetch_add(1, kRelaxed);
+      }
+    }
+    target->complete_direct(std::move(result), crc);
+  };
+  dev_->read(entry_off, d->meta.subview(0, kPageBytes), part_done);
+  dev_->read(entry_off + kPayloadOffset, target->out().subspan(0, body), part_done);
+  if (tail > 0) {
+    dev_->read(entry_off + kPayloadOffset + body, d->meta.subview(kPageBytes, kPageBytes),
+               part_done);
+  }
 }
 
 Status DiskTier::flush() {
@@ -812,6 +928,7 @@ DiskTierStats DiskTier::stats() const {
   s.reads = c_->reads.load(kRelaxed);
   s.bytes_read = c_->bytes_read.load(kRelaxed);
   s.buffer_reads = c_->buffer_reads.load(kRelaxed);
+  s.direct_reads = c_->direct_reads.load(kRelaxed);
   s.read_corrupt = c_->read_corrupt.load(kRelaxed);
   s.read_io_errors = c_->read_io_errors.load(kRelaxed);
   s.regions_reclaimed = c_->regions_reclaimed.load(kRelaxed);

@@ -52,15 +52,25 @@ struct DiskTierOptions {
   double reinsert_max_fraction = 0.25;  // of a region, per reclaim
   // Sizing of the checkpoint area: room for one entry per this many bytes.
   uint64_t checkpoint_min_entry_bytes = 64u << 10;
-  // Reformat a volume whose superblock is missing, corrupt or of another
-  // geometry (it is a cache). When false, such a volume is an error.
+  // Reformat a volume whose superblock is missing, corrupt, of another
+  // geometry or of another format version (it is a cache). When false, such
+  // a volume is an error that says why.
   bool format_if_invalid = true;
+  // Cold reads straight into the caller's buffer (O_DIRECT DMA, no staging
+  // copy) when that buffer is 4 KiB-aligned and the payload is at least a
+  // page. Such a read cannot be abandoned at its deadline (the device owns
+  // the buffer until it answers), so kAuto uses it only on a UringDevice,
+  // whose completions the kernel bounds (the NVMe driver's own timeout);
+  // kNever always stages; kAlways also on other devices (tests).
+  enum class DirectReads : uint8_t { kAuto, kNever, kAlways };
+  DirectReads direct_reads = DirectReads::kAuto;
 };
 
 struct DiskTierStats {
   uint64_t appends = 0, bytes_appended = 0;
   uint64_t region_writes = 0, bytes_written = 0, write_errors = 0;
   uint64_t reads = 0, bytes_read = 0, buffer_reads = 0;
+  uint64_t direct_reads = 0;  // of `reads`, those that went straight into the caller's buffer
   uint64_t read_corrupt = 0, read_io_errors = 0;
   uint64_t regions_reclaimed = 0, entries_evicted = 0, entries_reinserted = 0;
   uint64_t recovered_entries = 0, recovery_dropped = 0;
@@ -137,6 +147,11 @@ class DiskTier {
   Status verify_entry(const std::byte* entry, const IndexRecord& rec, const Key128& ns_digest,
                       uint64_t expect_seq_or_zero) const;
   void drop_if_points_here(const IndexRecord& rec);
+  // Starts the direct read of `rec` into target->out(); see read_async.
+  void read_direct(const IndexRecord& rec, const Key128& ns_digest,
+                   std::shared_ptr<ReadTarget> target);
+  // Raises the superblock's generation floor above next_seq_ (mu_ held).
+  Status reserve_seq_locked();
 
   std::shared_ptr<blk::BlockDevice> dev_;
   DiskTierOptions opts_;
@@ -164,6 +179,10 @@ class DiskTier {
   // read completions, which may outlive a tier shut down under a hung device.
   std::shared_ptr<StagePool> stage_;
   std::vector<int> registered_;  // buffer indexes registered with a UringDevice
+  bool direct_ok_ = false;       // direct reads allowed on this device (fixed after init)
+  // Direct reads past their deadline whose device has not answered yet;
+  // while > 0, new reads are staged (they can be abandoned).
+  std::shared_ptr<std::atomic<int64_t>> overdue_direct_ = std::make_shared<std::atomic<int64_t>>(0);
   struct Counters;
   std::shared_ptr<Counters> c_;
 };

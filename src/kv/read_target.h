@@ -5,9 +5,11 @@
 // turn a read into a miss without a use-after-free.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <mutex>
 
 #include "common/buffer.h"
@@ -19,6 +21,30 @@ namespace kvtier::kv {
 class ReadTarget {
  public:
   explicit ReadTarget(MutableByteView out) : out_(out) {}
+
+  // The caller's buffer (where a direct read lands).
+  MutableByteView out() const { return out_; }
+
+  // Marks the read as direct, before the device is given out(). `overdue`
+  // counts direct reads past their deadline whose device has not answered:
+  // the waiter raises it at the deadline and lowers it when the device
+  // answers.
+  void begin_direct(std::shared_ptr<std::atomic<int64_t>> overdue) {
+    std::lock_guard lock(mu_);
+    direct_ = true;
+    overdue_ = std::move(overdue);
+  }
+
+  // Completion of a direct read: the payload is already in out() (and was
+  // verified there when `st` is OK).
+  void complete_direct(Status st, uint32_t payload_crc) {
+    std::lock_guard lock(mu_);
+    if (done_) return;
+    payload_crc_ = payload_crc;
+    status_ = std::move(st);
+    done_ = true;
+    cv_.notify_all();
+  }
 
   // Completion side. `payload` is copied into the caller's buffer when `st`
   // is OK and the waiter is still there.
@@ -68,6 +94,13 @@ class ReadTarget {
     while (!done_) {
       uint64_t now = now_ns();
       if (now >= deadline_ns) {
+        if (direct_) {
+          // The device still owns out(): wait for it, then report the timeout.
+          if (overdue_) overdue_->fetch_add(1, std::memory_order_acq_rel);
+          cv_.wait(lock, [&] { return done_; });
+          if (overdue_) overdue_->fetch_sub(1, std::memory_order_acq_rel);
+          return Status::timeout("disk read did not complete in time");
+        }
         abandoned_ = true;
         return Status::timeout("disk read did not complete in time");
       }
@@ -87,12 +120,14 @@ class ReadTarget {
   std::mutex mu_;
   std::condition_variable cv_;
   MutableByteView out_;
-  bool done_ = false;              // guarded by mu_
-  bool abandoned_ = false;         // guarded by mu_
-  Status status_;                  // guarded by mu_
-  uint32_t payload_crc_ = 0;       // written before done_, read after
-  ByteView pending_payload_;       // deferred completion: where the payload waits
-  std::function<void()> release_;  // deferred completion: frees that buffer
+  bool done_ = false;                              // guarded by mu_
+  bool abandoned_ = false;                         // guarded by mu_
+  bool direct_ = false;                            // guarded by mu_: the device writes out_ itself
+  std::shared_ptr<std::atomic<int64_t>> overdue_;  // direct reads past deadline (the tier's)
+  Status status_;                                  // guarded by mu_
+  uint32_t payload_crc_ = 0;                       // written before done_, read after
+  ByteView pending_payload_;                       // deferred completion: where the payload waits
+  std::function<void()> release_;                  // deferred completion: frees that buffer
 };
 
 }  // namespace kvtier::kv

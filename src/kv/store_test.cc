@@ -267,7 +267,7 @@ TEST(Store, CorruptByteOnVolumeIsAMissAndTheEntryIsDropped) {
     if (h.magic == disk::kEntryMagic && h.key_hi == k.hi && h.key_lo == k.lo) found = off;
   }
   ASSERT_NE(found, SIZE_MAX);
-  raw[found + sizeof(disk::EntryHeader) + 1234] ^= std::byte{0x01};
+  raw[found + disk::kPayloadOffset + 1234] ^= std::byte{0x01};
   GetResult g = f.get(5);
   EXPECT_FALSE(g.hit);
   EXPECT_EQ(g.miss, MissReason::kCorrupt);
@@ -348,7 +348,7 @@ TEST(Store, CrashRecoveryScanKeepsOnlyVerifiedEntries) {
     disk::EntryHeader h;
     std::memcpy(&h, raw.data() + off, sizeof(h));
     if (h.magic == disk::kEntryMagic && h.key_hi == k.hi && h.key_lo == k.lo) {
-      raw[off + sizeof(h) + 99] ^= std::byte{0x80};
+      raw[off + disk::kPayloadOffset + 99] ^= std::byte{0x80};
     }
   }
   Fixture f(small_options(image, 4));

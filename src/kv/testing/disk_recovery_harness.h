@@ -251,8 +251,8 @@ inline void reseal(std::vector<std::byte>& img, uint64_t from, uint64_t to, uint
     std::memcpy(&h, img.data() + off, sizeof(h));
     if (h.magic != disk::kEntryMagic) continue;
     if (h.payload_bytes > 0 && h.payload_bytes <= kMaxObject &&
-        off + sizeof(h) + h.payload_bytes <= img.size()) {
-      h.payload_crc = crc32c(img.data() + off + sizeof(h), h.payload_bytes);
+        off + disk::kPayloadOffset + h.payload_bytes <= img.size()) {
+      h.payload_crc = crc32c(img.data() + off + disk::kPayloadOffset, h.payload_bytes);
     }
     h.header_crc = entry_crc(h);
     std::memcpy(img.data() + off, &h, sizeof(h));
@@ -276,7 +276,7 @@ inline bool acceptable(const std::vector<std::byte>& img, const Key128& ns_diges
     return true;
   }
   const uint64_t volume_id = read_sb(img.data()).volume_id;
-  for (uint64_t off = 0; off + sizeof(disk::EntryHeader) + got.size() <= img.size();
+  for (uint64_t off = 0; off + disk::kPayloadOffset + got.size() <= img.size();
        off += disk::kPageBytes) {
     disk::EntryHeader h;
     std::memcpy(&h, img.data() + off, sizeof(h));
@@ -285,7 +285,7 @@ inline bool acceptable(const std::vector<std::byte>& img, const Key128& ns_diges
         h.payload_bytes != got.size()) {
       continue;
     }
-    const std::byte* payload = img.data() + off + sizeof(h);
+    const std::byte* payload = img.data() + off + disk::kPayloadOffset;
     if (crc32c(payload, got.size()) == h.payload_crc &&
         std::memcmp(payload, got.data(), got.size()) == 0) {
       return true;
@@ -359,7 +359,6 @@ inline int disk_recovery_fuzz_one(const uint8_t* data, size_t size) {
   const uint64_t n = std::min<uint64_t>(patch_len, area_from + area_len - at);
   if (n > 0) std::memcpy(img.data() + at, patch, n);
   if (fix_crcs && n > 0) reseal(img, at, at + n, base.data_offset);
-
 
   // One device for every run (allocating and zeroing 4 MiB per run is
   // most of a run's time); the previous store is gone.

@@ -1,0 +1,193 @@
+// Direct cold reads (format version 2): the payload goes from the device
+// straight into a page-aligned caller buffer, is verified there, and a read
+// past its deadline never writes the buffer after the get has returned.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "blk/faulty_device.h"
+#include "blk/mem_device.h"
+#include "common/clock.h"
+#include "kv/store.h"
+#include "kv/test_payload.h"
+
+namespace kvtier::kv {
+namespace {
+
+constexpr uint32_t kObj = 64 << 10;
+
+Namespace direct_namespace() {
+  Namespace ns;
+  ns.model_id = "direct-model";
+  ns.model_revision = "r1";
+  ns.tokenizer_id = "tok";
+  ns.kv_dtype = "bf16";
+  ns.kv_layout = "NHD";
+  return ns;
+}
+
+StoreOptions direct_options(std::shared_ptr<blk::BlockDevice> volume) {
+  StoreOptions o;
+  o.ram_bytes = 0;  // every get is a cold disk read
+  o.max_object_bytes = kObj;
+  o.volume = std::move(volume);
+  o.disk.region_bytes = 1 << 20;
+  o.disk.flush_chunk_bytes = 256 << 10;
+  o.disk.read_depth = 4;
+  o.disk.direct_reads = DiskTierOptions::DirectReads::kAlways;
+  o.io_timeout_ms = 500;
+  return o;
+}
+
+struct Opened {
+  std::unique_ptr<Store> store;
+  uint16_t ns = 0;
+  explicit Opened(const StoreOptions& o) {
+    auto s = Store::open(o);
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    store = std::move(s).value();
+    ns = *store->register_namespace(direct_namespace());
+  }
+  void put(uint64_t i, uint32_t len) {
+    AlignedBuffer b(len);
+    fill_payload(test_key(i), b.view());
+    auto r = store->put(ns, test_key(i), b.view());
+    ASSERT_TRUE(r.ok() && r->stored()) << i;
+  }
+  // Fills the open region so the blocks put so far are read from the device,
+  // not from a region buffer, then flushes.
+  void push_to_device() {
+    for (uint64_t i = 0; i < 20; ++i) put(1000 + i, kObj);
+    ASSERT_TRUE(store->flush().ok());
+  }
+  uint64_t direct_reads() const { return store->stats().disk.direct_reads; }
+};
+
+TEST(DiskDirectRead, AlignedBufferGetsThePayloadWithoutStaging) {
+  Opened s(direct_options(std::make_shared<blk::MemDevice>(32 << 20)));
+  // Whole pages, a partial last page, and less than a page (always staged).
+  const uint32_t lens[] = {kObj, kObj - 100, 4096 + 1, 4096, 1000};
+  for (uint64_t i = 0; i < 5; ++i) s.put(i, lens[i]);
+  s.push_to_device();
+  for (uint64_t i = 0; i < 5; ++i) {
+    AlignedBuffer out(kObj + 4096);
+    std::memset(out.data(), 0xEE, out.size());
+    const uint64_t before = s.direct_reads();
+    auto g = s.store->get(s.ns, test_key(i), out.view());
+    ASSERT_TRUE(g.ok());
+    ASSERT_TRUE(g->hit) << i;
+    EXPECT_EQ(g->length, lens[i]);
+    EXPECT_TRUE(payload_matches(test_key(i), ByteView(out.data(), lens[i]))) << i;
+    // Nothing past the payload is written, not even the page padding.
+    for (size_t b = lens[i]; b < out.size(); ++b) {
+      ASSERT_EQ(out.data()[b], std::byte{0xEE}) << "block " << i << " byte " << b;
+    }
+    EXPECT_EQ(s.direct_reads() - before, lens[i] >= 4096 ? 1u : 0u) << i;
+  }
+}
+
+TEST(DiskDirectRead, UnalignedBufferFallsBackToStaging) {
+  Opened s(direct_options(std::make_shared<blk::MemDevice>(32 << 20)));
+  s.put(1, kObj);
+  s.push_to_device();
+  AlignedBuffer out(kObj + 4096);
+  auto g = s.store->get(s.ns, test_key(1), out.subview(16, kObj));
+  ASSERT_TRUE(g.ok() && g->hit);
+  EXPECT_TRUE(payload_matches(test_key(1), ByteView(out.data() + 16, kObj)));
+  EXPECT_EQ(s.direct_reads(), 0u);
+  EXPECT_EQ(s.store->stats().disk.reads, 1u);
+}
+
+TEST(DiskDirectRead, NeverUsedOnUserSpaceDevicesByDefault) {
+  auto o = direct_options(std::make_shared<blk::MemDevice>(32 << 20));
+  o.disk.direct_reads = DiskTierOptions::DirectReads::kAuto;
+  Opened s(o);
+  s.put(1, kObj);
+  s.push_to_device();
+  AlignedBuffer out(kObj);
+  auto g = s.store->get(s.ns, test_key(1), out.view());
+  ASSERT_TRUE(g.ok() && g->hit);
+  EXPECT_EQ(s.direct_reads(), 0u);
+}
+
+TEST(DiskDirectRead, CorruptPayloadIsVerifiedInPlaceAndDropped) {
+  auto mem = std::make_shared<blk::MemDevice>(32 << 20);
+  Opened s(direct_options(mem));
+  s.put(1, kObj);
+  s.push_to_device();
+  // Flip one payload byte on the volume.
+  const Key128 k = test_key(1);
+  auto raw = mem->raw();
+  bool flipped = false;
+  for (size_t off = 0; off + sizeof(disk::EntryHeader) <= raw.size(); off += disk::kPageBytes) {
+    disk::EntryHeader h;
+    std::memcpy(&h, raw.data() + off, sizeof(h));
+    if (h.magic == disk::kEntryMagic && h.key_hi == k.hi && h.key_lo == k.lo) {
+      raw[off + disk::kPayloadOffset + 777] ^= std::byte{0x04};
+      flipped = true;
+    }
+  }
+  ASSERT_TRUE(flipped);
+  AlignedBuffer out(kObj);
+  auto g = s.store->get(s.ns, k, out.view());
+  ASSERT_TRUE(g.ok());
+  EXPECT_FALSE(g->hit);
+  EXPECT_EQ(g->miss, MissReason::kCorrupt);
+  EXPECT_EQ(s.direct_reads(), 1u);
+  EXPECT_EQ(s.store->stats().disk.read_corrupt, 1u);
+  g = s.store->get(s.ns, k, out.view());  // dropped: now simply absent
+  EXPECT_EQ(g->miss, MissReason::kNotFound);
+}
+
+// A direct read whose device hangs past the deadline is a timeout, but the
+// get returns only when the device has let go of the buffer; meanwhile other
+// reads are staged, so they can still give up at their own deadline.
+TEST(DiskDirectRead, TimedOutDirectReadNeverWritesTheBufferAfterReturning) {
+  auto mem = std::make_shared<blk::MemDevice>(32 << 20);
+  auto faulty = std::make_shared<blk::FaultyDevice>(mem);
+  auto o = direct_options(faulty);
+  o.io_timeout_ms = 100;
+  Opened s(o);
+  for (uint64_t i = 0; i < 4; ++i) s.put(i, kObj);
+  s.push_to_device();
+
+  faulty->set_hang(true, std::chrono::milliseconds(700));
+  AlignedBuffer first(kObj);
+  GetResult first_result;
+  uint64_t first_ms = 0;
+  std::thread reader([&] {
+    const uint64_t t0 = now_ns();
+    auto g = s.store->get(s.ns, test_key(1), first.view());
+    first_ms = (now_ns() - t0) / 1000000;
+    ASSERT_TRUE(g.ok());
+    first_result = *g;
+    // Handed back: from now on the buffer is the caller's alone.
+    std::memset(first.data(), 0x5A, first.size());
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));  // the first read is overdue
+  AlignedBuffer second(kObj);
+  const uint64_t t1 = now_ns();
+  auto g2 = s.store->get(s.ns, test_key(2), second.view());
+  const uint64_t second_ms = (now_ns() - t1) / 1000000;
+  ASSERT_TRUE(g2.ok());
+  EXPECT_EQ(g2->miss, MissReason::kTimeout);
+  EXPECT_LT(second_ms, 400u) << "a read started while another is overdue must be abandonable";
+  reader.join();
+  EXPECT_FALSE(first_result.hit);
+  EXPECT_EQ(first_result.miss, MissReason::kTimeout);
+  EXPECT_GE(first_ms, 600u) << "returned while the device still owned the buffer";
+  EXPECT_EQ(s.direct_reads(), 1u);  // the second read was staged
+  faulty->set_hang(false);
+  faulty->release_hung();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (size_t b = 0; b < first.size(); ++b) ASSERT_EQ(first.data()[b], std::byte{0x5A}) << b;
+  // The device is back: direct reads again.
+  auto g3 = s.store->get(s.ns, test_key(3), first.view());
+  ASSERT_TRUE(g3.ok() && g3->hit);
+  EXPECT_TRUE(payload_matches(test_key(3), first.view()));
+  EXPECT_EQ(s.direct_reads(), 2u);
+}
+
+}  // namespace
+}  // namespace kvtier::kv
