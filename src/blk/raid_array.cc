@@ -270,7 +270,10 @@ Result<std::unique_ptr<RaidArray>> RaidArray::assemble(
     // Keep the dirty marks for a later assembly that does resync.
     std::lock_guard lk(a->bitmap_mu_);
     for (uint64_t b = 0; b < nbits; ++b) {
-      if ((dirty[b / 8] >> (b % 8)) & 1) a->bits_[b / 8] |= static_cast<uint8_t>(1u << (b % 8));
+      if ((dirty[b / 8] >> (b % 8)) & 1) {
+        a->bits_[b / 8] |= static_cast<uint8_t>(1u << (b % 8));
+        a->keep_dirty_ = true;
+      }
     }
   }
   return a;
@@ -319,8 +322,9 @@ RaidArray::~RaidArray() {
   }
   queue_cv_.notify_all();
   for (auto& t : workers_) t.join();
-  // Orderly close: everything written is flushed, so no row is dirty.
-  if (flush_members().ok()) {
+  // Orderly close: everything written is flushed, so no row is dirty, unless
+  // rows were left dirty on purpose (assembled without resync).
+  if (flush_members().ok() && !keep_dirty_) {
     {
       std::lock_guard lk(bitmap_mu_);
       std::fill(bits_.begin(), bits_.end(), 0);
@@ -562,6 +566,7 @@ void RaidArray::unmark_rows(uint64_t r0, uint64_t r1) {
 }
 
 void RaidArray::clear_idle_bits_after(const std::function<void()>& flush_members_fn) {
+  if (keep_dirty_) return flush_members_fn();
   {
     std::lock_guard lk(bitmap_mu_);
     std::fill(touched_.begin(), touched_.end(), 0);

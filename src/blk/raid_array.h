@@ -273,6 +273,7 @@ class RaidArray : public BlockDevice {
   std::mutex rebuild_mu_;
   std::condition_variable rebuild_cv_;
   uint64_t resynced_rows_ = 0;
+  bool keep_dirty_ = false;  // assembled without resync: never mark clean
 
   std::atomic<uint64_t> parity_cpu_ns_{0};
   std::atomic<uint64_t> parity_bytes_{0};
