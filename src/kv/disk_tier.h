@@ -139,6 +139,21 @@ class DiskTier {
   Status open_region_locked(std::unique_lock<std::mutex>& lock);
   uint32_t append_locked(const Key128& key, const Key128& ns_digest, ByteView payload,
                          uint32_t crc);
+  // Space for one entry in the open region, taken under mu_ and filled after.
+  struct Reservation {
+    uint32_t region = 0;
+    uint32_t offset = 0;  // in the region
+    uint32_t page = 0;
+    std::byte* dst = nullptr;
+    disk::EntryHeader header{};
+  };
+  Reservation reserve_locked(const Key128& key, const Key128& ns_digest, size_t payload_bytes,
+                             uint32_t crc);
+  static void write_entry(std::byte* dst, const disk::EntryHeader& h, ByteView payload);
+  // Marks a reserved entry copied; returns the open region's whole chunks
+  // that are now ready to be written.
+  std::vector<WriteChunk> copy_done_locked(uint32_t region, uint32_t offset);
+  uint32_t copied_upto_locked(const Region& r) const;
   void submit_writes(std::vector<WriteChunk> chunks);
   void on_write_done(uint32_t region, Status st);
   void forget_region_locked(uint32_t region);
