@@ -139,6 +139,7 @@ Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
   if (o.volume_bytes < 1ull << 30) return Status::invalid_argument("volume must be at least 1 GiB");
   if (o.queue_depth == 0 || o.queue_depth > 256)
     return Status::invalid_argument("queue depth in [1, 256]");
+  if (o.rounds == 0 || o.rounds > 99) return Status::invalid_argument("rounds in [1, 99]");
   BenchReport report("kvtier bench store");
   Step step{o};
   const double mib = static_cast<double>(o.object_bytes) / (1 << 20);
@@ -174,9 +175,12 @@ Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
     uint64_t next = 0;
     for (; next < store.stats().ram_slots; ++next)
       (void)store.put(*ns, kv::test_key(next), payloads.of(next));
-    // Rounds of (kvtier writes, then fio writes as long), paired so that a
-    // drifting device affects both sides of each ratio alike.
-    const uint64_t per_round = std::max<uint64_t>(64, written_objects / 3);
+    // Rounds of (kvtier writes, fio writes as long), paired so that a
+    // drifting device affects both sides of each ratio alike; the order
+    // alternates (kvtier first, then fio first) so a trend does not favour
+    // one side, and the ratio is the median of the rounds' ratios.
+    const unsigned nrounds = o.rounds;
+    const uint64_t per_round = std::max<uint64_t>(32, written_objects * 5 / 3 / nrounds);
     FioJob wjob{
         o.volume_path,         "write",
         dto.flush_chunk_bytes, static_cast<unsigned>(dto.region_bytes / dto.flush_chunk_bytes),
@@ -184,7 +188,14 @@ Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
         /*end_fsync=*/true};
     nlohmann::json rounds = nlohmann::json::array();
     std::vector<double> ratios;
-    for (int round = 0; round < 5; ++round) {
+    for (unsigned round = 0; round < nrounds; ++round) {
+      const bool fio_first = round % 2 == 1;
+      // fio's turn before kvtier's runs as long as kvtier's previous turn.
+      Result<FioResult> fio_w = Status::internal("fio not run");
+      if (fio_first) {
+        fio_w = run_fio(wjob);
+        if (!fio_w.ok()) return fio_w.status();
+      }
       const uint64_t bytes0 = store.stats().disk.bytes_written;
       const uint64_t t0 = now_ns();
       for (uint64_t i = 0; i < per_round; ++i, ++next) {
@@ -199,16 +210,20 @@ Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
       const double flush_secs = (now_ns() - t_flush) / 1e9;
       const double rate = (store.stats().disk.bytes_written - bytes0) / secs;
       wjob.seconds = static_cast<unsigned>(std::max(1.0, secs + 0.5));
-      auto fio_w = run_fio(wjob);
-      if (!fio_w.ok()) return fio_w.status();
+      if (!fio_first) {
+        fio_w = run_fio(wjob);
+        if (!fio_w.ok()) return fio_w.status();
+      }
       ratios.push_back(rate / fio_w->bytes_per_second);
-      rounds.push_back({{"kvtier_gbps", rate / 1e9},
+      rounds.push_back({{"order", fio_first ? "fio,kvtier" : "kvtier,fio"},
+                        {"kvtier_gbps", rate / 1e9},
                         {"fio_gbps", fio_w->bytes_per_second / 1e9},
+                        {"round_ratio", ratios.back()},
                         {"kvtier_seconds", secs},
                         {"kvtier_flush_seconds", flush_secs}});
       fio_write_command = fio_w->command;
-      write_rate += rate / 5;
-      fio_write_rate += fio_w->bytes_per_second / 5;
+      write_rate += rate / nrounds;
+      fio_write_rate += fio_w->bytes_per_second / nrounds;
     }
     write_ratio = percentile(ratios, 0.5);
     report.note("disk_write_rounds", rounds);
@@ -238,8 +253,9 @@ Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
     if (!cl.ok()) return cl;
   }
   // The device is shared and its speed drifts (cloud disks, host caches), so
-  // kvtier and fio take turns for five rounds; the ratio is the median of the
-  // per-round ratios and the rates shown are the means.
+  // kvtier and fio take turns for o.rounds short rounds, in alternating order;
+  // the ratio is the median of the per-round ratios and the rates shown are
+  // the means.
   double read_rate = 0, fio_read_rate = 0;
   std::vector<double> ratios;
   std::string fio_read_command;
@@ -260,7 +276,7 @@ Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
     for (size_t i = 0; i < batch; ++i) outs.emplace_back(o.object_bytes, kDirectIoAlignment, true);
     std::vector<kv::BatchGetItem> items(batch);
     uint64_t pos = 0, misses = 0, last_first = 0;
-    const double round_seconds = std::max(1.0, o.seconds / 2);
+    const double round_seconds = std::max(1.0, o.seconds / 3);
     FioJob rjob{o.volume_path,
                 "randread",
                 entry,
@@ -269,7 +285,13 @@ Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
                 static_cast<unsigned>(round_seconds + 0.5)};
     nlohmann::json rounds = nlohmann::json::array();
     (void)run_fio(rjob);  // warm-up: the first pass over a fresh file is not representative
-    for (int round = 0; round < 5; ++round) {
+    for (unsigned round = 0; round < o.rounds; ++round) {
+      const bool fio_first = round % 2 == 1;
+      Result<FioResult> fio_r = Status::internal("fio not run");
+      if (fio_first) {
+        fio_r = run_fio(rjob);
+        if (!fio_r.ok()) return fio_r.status();
+      }
       uint64_t bytes = 0;
       const uint64_t t0 = now_ns(), until = t0 + static_cast<uint64_t>(round_seconds * 1e9);
       uint64_t t = t0;
@@ -293,15 +315,21 @@ Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
         return Status::internal("disk get returned wrong bytes");
       }
       const double rate = bytes * 1e9 / static_cast<double>(t - t0);
-      auto fio_r = run_fio(rjob);
-      if (!fio_r.ok()) return fio_r.status();
-      rounds.push_back({{"kvtier_gbps", rate / 1e9}, {"fio_gbps", fio_r->bytes_per_second / 1e9}});
+      if (!fio_first) {
+        fio_r = run_fio(rjob);
+        if (!fio_r.ok()) return fio_r.status();
+      }
       ratios.push_back(rate / fio_r->bytes_per_second);
-      read_rate += rate / 5;
-      fio_read_rate += fio_r->bytes_per_second / 5;
+      rounds.push_back({{"order", fio_first ? "fio,kvtier" : "kvtier,fio"},
+                        {"kvtier_gbps", rate / 1e9},
+                        {"fio_gbps", fio_r->bytes_per_second / 1e9},
+                        {"round_ratio", ratios.back()}});
+      read_rate += rate / o.rounds;
+      fio_read_rate += fio_r->bytes_per_second / o.rounds;
       fio_read_command = fio_r->command;
     }
     report.note("disk_get_misses", misses);
+    report.note("disk_direct_reads", store.stats().disk.direct_reads);
     report.note("disk_get_rounds", rounds);
   }
   report.add({"disk_get", "disk-tier cold get", read_rate / 1e9, "GB/s", fio_read_rate / 1e9,

@@ -18,6 +18,9 @@ struct StoreBenchOptions {
   uint32_t object_bytes = 1536u << 10;  // 16 tokens x 96 KiB
   unsigned queue_depth = 8;             // disk reads in flight, for kvtier and fio alike
   double seconds = 3;                   // per timed measurement
+  // Disk measurements: kvtier and fio take turns this many times (alternating
+  // which goes first); each ratio is the median of the rounds' ratios.
+  unsigned rounds = 7;
   uint64_t ram_pool_bytes = 512ull << 20;
   bool keep_volume = false;
   std::function<void(const std::string&)> progress;  // one line per step
