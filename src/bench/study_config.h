@@ -47,6 +47,10 @@ struct StudyOptions {
   // a filesystem that supports O_DIRECT.
   std::string volume_dir = ".";
   uint32_t disk_read_depth = 32;
+  // Multiplier from measured store wall time to virtual time; 0 means the
+  // profile's byte scale (the scaling rule). Tests lower it to model a store
+  // faster than the machine they run on.
+  double store_charge_scale = 0;
   uint64_t seed = 1;
 
   StudyOptions();

@@ -133,7 +133,8 @@ class Run {
   std::vector<PrefillReplica> prefills_;
   std::vector<double> decode_budget_;
   std::vector<Inflight> inflight_;
-  std::vector<std::pair<double, double>> busy_;
+  // Per prefill replica: [dispatch, completion] of the requests it served.
+  std::vector<std::vector<std::pair<double, double>>> busy_;
   std::vector<Issue> pending_;  // issues waiting for their time (index = event idx)
   std::deque<const TraceRequest*> client_queue_;
   uint32_t in_flight_ = 0;
@@ -173,6 +174,7 @@ Status Run::setup() {
   const uint64_t hbm_blocks = static_cast<uint64_t>(
       std::llround(static_cast<double>(hbm_tokens) * o_.profile.token_scale / w_.block_tokens));
   prefills_.resize(o_.prefill_replicas);
+  busy_.resize(o_.prefill_replicas);
   for (auto& p : prefills_) {
     if (spec_.hbm_pool) p.pool = std::make_unique<engine::HbmPrefixPool>(hbm_blocks);
   }
@@ -294,7 +296,7 @@ Status Run::start_prefill(size_t pi, double now) {
   }
   if (p.pool) p.pool->insert(keys);
 
-  const double scale = o_.profile.byte_scale();
+  const double scale = o_.store_charge_scale > 0 ? o_.store_charge_scale : o_.profile.byte_scale();
   res_.store_wall_s += load_s + save_s;
   res_.store_load_wall_s += load_s;
   res_.store_charged_s += (load_s + save_s) * scale;
@@ -322,7 +324,7 @@ void Run::on_decode_done(uint32_t id, double now) {
   res_.last_end_s = std::max(res_.last_end_s, now);
   res_.ttft_s.push_back(f.ttft_s);
   res_.ttft_group.push_back(f.req->length_group);
-  busy_.emplace_back(f.dispatch_s, now);
+  busy_[f.prefill].emplace_back(f.dispatch_s, now);
   accept_issues(sched_.on_complete(*f.req, now), now);
   if (progress_ && (res_.completed % 64 == 0 || res_.completed == total_)) {
     progress_({res_.completed, total_});
@@ -379,7 +381,7 @@ Result<CaseResult> Run::run() {
                             " requests)");
   }
   res_.throughput_rps = throughput_rps(res_.completed, res_.first_start_s, res_.last_end_s);
-  res_.busy_union_s = union_length(busy_);
+  for (const auto& b : busy_) res_.busy_union_s += union_length(b);
   res_.gross_busy_saved_ratio = gross_busy_time_saved(
       res_.kv_served_tokens, o_.profile.prefill_tokens_per_s, res_.busy_union_s);
   const auto& rs = router_->stats();

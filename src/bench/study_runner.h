@@ -59,6 +59,8 @@ struct CaseResult {
   double store_wall_s = 0;       // measured wall time of store calls
   double store_load_wall_s = 0;  // of which lookups and loads (the rest: saves)
   double store_charged_s = 0;    // the same, charged to the virtual clock
+  // Sum over prefill replicas of the union of the intervals in which the
+  // replica had a request outstanding (dispatch to last token).
   double busy_union_s = 0;
   double kv_served_tokens = 0;  // deployment tokens served from HBM or store
   double gross_busy_saved_ratio = 0;

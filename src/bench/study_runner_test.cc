@@ -86,11 +86,15 @@ std::string summary(const CaseResult& r) {
 
 // The expected shape at small scale, on a hand-made workload of 48 sessions x
 // 16 turns (prompts of 30-75 blocks = 30K-77K deployment tokens) with the
-// scaled profile. Short reuse: 16 active sessions, 8 s between turns.
+// scaled H100 profile. These tests pin the mechanism (which tier serves which
+// prefix, and that a served prefix beats recomputing it), so the store's wall
+// time is charged x(byte scale / 20): a store 20x faster than a shared CI
+// machine's, whose disk speed swings with its neighbours' load. The bench run
+// (tests/study, check_shape.py) measures this machine at the real scale.
 TEST(StudyShape, ShortReuseSharedTiersFarAboveRecomputeAndLocalCache) {
   auto w = testing::tiny_workload(48, 16, 30, 3, 2, 16, 8, 8);
   auto o = small_options();
-  o.ram_bytes = 96ull << 30;
+  o.store_charge_scale = o.profile.byte_scale() / 20;
   std::map<StudyCase, CaseResult> r;
   for (auto c : {StudyCase::kA, StudyCase::kB, StudyCase::kC, StudyCase::kD}) {
     r[c] = run_case(w, c, o, 16, 0);
@@ -114,17 +118,12 @@ TEST(StudyShape, ShortReuseSharedTiersFarAboveRecomputeAndLocalCache) {
 }
 
 // Long reuse: every session waits behind 24 other completions, which turns
-// the HBM pools and the RAM tier over. Whether a disk-served prefix beats
-// recomputation depends on the volume's read rate against the rate at which
-// the GPU regenerates KV (H100: 14,850 tokens/s x 96 KiB = 1.46 GB/s, about
-// what a small VM's disk reads). This test pins the mechanism with a GPU a
-// quarter as fast (0.37 GB/s of KV), where loads from any disk that reads at
-// a few hundred MB/s must win; the default run reports the H100 figures.
+// the HBM pools and a 96 GiB RAM tier over before it returns.
 TEST(StudyShape, LongReuseDiskTiersAboveRamOnlyAndLocalCache) {
   auto w = testing::tiny_workload(48, 16, 30, 3, 2, 16, 8, 8);
   auto o = small_options();
   o.ram_bytes = 96ull << 30;
-  o.profile.prefill_tokens_per_s /= 4;
+  o.store_charge_scale = o.profile.byte_scale() / 20;
   std::map<StudyCase, CaseResult> r;
   for (auto c : {StudyCase::kB, StudyCase::kC, StudyCase::kD, StudyCase::kF}) {
     r[c] = run_case(w, c, o, 48, 24);

@@ -9,7 +9,8 @@ const std::vector<EngineProfile>& builtin_engine_profiles() {
     h100.name = "h100-qwen3-coder-30b";
     h100.description =
         "H100 80GB, Qwen3-Coder-30B-A3B-Instruct-FP8, BF16 KV of 96 KiB/token, prefill 14,850 "
-        "tokens/s per replica, 15 ms per output token, 400K-token local prefix pool (unscaled: "
+        "tokens/s per replica, 15 ms per output token, 166,512-token local prefix pool (the "
+        "study's vLLM figure) (unscaled: "
         "every token's 96 KiB is really stored)";
     v.push_back(h100);
 
