@@ -192,6 +192,8 @@ Status Run::setup() {
   so.disk.region_bytes = kRegionBytes;
   so.disk.max_payload_bytes = std::max<uint32_t>(block_bytes_, 4096);
   so.disk.read_depth = o_.disk_read_depth;
+  // Room in the checkpoint for one entry per block (entries are small here).
+  so.disk.checkpoint_min_entry_bytes = align_up(block_bytes_, 4096);
   if (spec_.disk_tier) {
     auto vol = open_raid0_volume(o_, static_cast<uint64_t>(o_.disk_bytes / scale), &files_);
     if (!vol.ok()) return vol.status();
