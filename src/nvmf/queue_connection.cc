@@ -1,0 +1,562 @@
+// Target side of one NVMe/TCP queue. Commands run one at a time on the
+// connection's thread with blocking device calls (see docs/nvme-tcp.md for
+// why and what that costs); R2T-driven writes may interleave with other
+// commands while their data arrives.
+#include "nvmf/queue_connection.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "common/log.h"
+#include "nvmf/admin_pages.h"
+
+namespace kvtier::nvmf {
+namespace {
+
+// Status values (SCT << 8 | SC).
+constexpr uint16_t kScSuccess = 0x000;
+constexpr uint16_t kScInvalidOpcode = 0x001;
+constexpr uint16_t kScInvalidField = 0x002;
+constexpr uint16_t kScDataTransferError = 0x004;
+constexpr uint16_t kScInternal = 0x006;
+constexpr uint16_t kScInvalidNamespace = 0x00B;
+constexpr uint16_t kScSequenceError = 0x00C;
+constexpr uint16_t kScSglLengthInvalid = 0x00F;
+constexpr uint16_t kScSglTypeInvalid = 0x011;
+constexpr uint16_t kScLbaOutOfRange = 0x080;
+constexpr uint16_t kScFabricsIncompatibleFormat = 0x180;
+constexpr uint16_t kScFabricsInvalidParam = 0x182;
+constexpr uint16_t kScFabricsInvalidHost = 0x184;
+
+constexpr uint8_t kSglInCapsule = 0x01;  // Data Block, Offset
+constexpr uint8_t kSglTransport = 0x5A;  // Transport Data Block, Transport
+constexpr uint32_t kAdminInCapsule = 8192;
+constexpr uint32_t kConnectDataSize = 1024;
+
+uint32_t dw(const Sqe& s, int i) { return get32(s.data() + 4 * i); }
+uint16_t cid_of(const Sqe& s) { return get16(s.data() + 2); }
+uint8_t sgl_type(const Sqe& s) { return s[39]; }
+uint32_t sgl_len(const Sqe& s) { return get32(s.data() + 32); }
+uint64_t sgl_addr(const Sqe& s) { return get64(s.data() + 24); }
+
+std::string bounded_string(const uint8_t* p, size_t width, bool* terminated) {
+  const size_t n = strnlen(reinterpret_cast<const char*>(p), width);
+  *terminated = n < width;
+  return std::string(reinterpret_cast<const char*>(p), n);
+}
+
+}  // namespace
+
+QueueConnection::QueueConnection(TargetState& state, PduStream& stream)
+    : state_(state), stream_(stream) {}
+
+QueueConnection::~QueueConnection() {
+  if (!ctrl_) return;
+  {
+    std::lock_guard lk(ctrl_->mu);
+    auto& q = ctrl_->queues;
+    q.erase(std::remove(q.begin(), q.end(), this), q.end());
+  }
+  // The admin queue carries the controller: when it goes, the controller and
+  // its I/O queues go with it.
+  if (qid_ == 0) state_.destroy_controller(ctrl_->cntlid);
+}
+
+Status QueueConnection::terminate(uint16_t fes, uint32_t fei, ByteView offending, Status why) {
+  HeaderBuf h;
+  const uint32_t n = encode_termreq(PduType::kC2HTermReq, {fes, fei}, offending, h);
+  const size_t extra = std::min<size_t>(offending.size(), kTermReqMaxPlen - kShortHlen);
+  iovec iov[2] = {{h.data(), n}, {const_cast<std::byte*>(offending.data()), extra}};
+  (void)stream_.write_all(iov, extra ? 2 : 1);
+  stream_.shutdown();
+  return why;
+}
+
+Status QueueConnection::handshake() {
+  uint8_t buf[kIcPduSize];
+  KVTIER_RETURN_IF_ERROR(stream_.read_exact(buf, kCommonHeaderSize));
+  PduError err;
+  auto l = parse_common_header(as_bytes_view(buf, 8), Direction::kHostToController, {}, &err);
+  if (!l.ok() || l->ch.type != PduType::kIcReq) {
+    return terminate(l.ok() ? kFesSequenceError : err.fes, err.fei, as_bytes_view(buf, 8),
+                     l.ok() ? Status::invalid_argument("nvme-tcp: expected ICReq") : l.status());
+  }
+  KVTIER_RETURN_IF_ERROR(stream_.read_exact(buf + 8, kIcPduSize - 8));
+  auto req = decode_icreq(as_bytes_view(buf, kIcPduSize));
+  if (!req.ok()) {
+    return terminate(kFesInvalidHeaderField, 8, as_bytes_view(buf, kIcPduSize), req.status());
+  }
+  // We never pad (CPDA 0); a host that wants its data aligned is refused.
+  if (req->hpda != 0) {
+    return terminate(kFesUnsupportedParameter, 10, as_bytes_view(buf, kIcPduSize),
+                     Status::invalid_argument("nvme-tcp: HPDA other than 0 is not supported"));
+  }
+  const auto& cfg = state_.config();
+  limits_.hdgst = req->hdgst;
+  limits_.ddgst = req->ddgst;
+  limits_.max_data = std::max({cfg.in_capsule_data, kAdminInCapsule, cfg.maxh2cdata});
+  IcResp resp{0, 0, req->hdgst, req->ddgst, cfg.maxh2cdata};
+  HeaderBuf h;
+  const uint32_t n = encode_icresp(resp, h);
+  iovec iov{h.data(), n};
+  return stream_.write_all(&iov, 1);
+}
+
+Status QueueConnection::run() {
+  KVTIER_RETURN_IF_ERROR(handshake());
+  uint8_t hdr[kIcPduSize + kDigestSize];
+  std::vector<uint8_t> data;
+  for (;;) {
+    KVTIER_RETURN_IF_ERROR(stream_.read_exact(hdr, kCommonHeaderSize));
+    PduError err;
+    auto l =
+        parse_common_header(as_bytes_view(hdr, 8), Direction::kHostToController, limits_, &err);
+    if (!l.ok()) return terminate(err.fes, err.fei, as_bytes_view(hdr, 8), l.status());
+    if (l->ch.type == PduType::kIcReq) {
+      return terminate(kFesSequenceError, 0, as_bytes_view(hdr, 8),
+                       Status::invalid_argument("nvme-tcp: second ICReq"));
+    }
+    KVTIER_RETURN_IF_ERROR(stream_.read_exact(hdr + 8, l->header_bytes - 8));
+    if (l->has_hdgst && !header_digest_ok(as_bytes_view(hdr, l->header_bytes), l->ch.hlen)) {
+      return terminate(kFesHeaderDigest, 0, as_bytes_view(hdr, l->ch.hlen),
+                       Status::corruption("nvme-tcp: header digest error"));
+    }
+    data.resize(l->data_len);
+    bool ddgst_ok = true;
+    if (l->data_len) {
+      KVTIER_RETURN_IF_ERROR(stream_.read_exact(data.data(), data.size()));
+      if (l->has_ddgst) {
+        uint8_t d[4];
+        KVTIER_RETURN_IF_ERROR(stream_.read_exact(d, 4));
+        ddgst_ok = get32(d) == digest(as_bytes_view(data.data(), data.size()));
+      }
+    }
+    KVTIER_RETURN_IF_ERROR(serve_pdu(*l, hdr, data, ddgst_ok));
+  }
+}
+
+Status QueueConnection::serve_pdu(const PduLayout& l, const uint8_t* hdr,
+                                  std::vector<uint8_t>& data, bool ddgst_ok) {
+  const ByteView h = as_bytes_view(hdr, l.ch.hlen);
+  switch (l.ch.type) {
+    case PduType::kH2CTermReq:
+      stream_.shutdown();
+      return Status::unavailable("nvme-tcp: host sent H2CTermReq");
+    case PduType::kCapsuleCmd: {
+      const uint32_t cap = qid_ == 0 ? kAdminInCapsule : state_.config().in_capsule_data;
+      if (data.size() > std::max(cap, kConnectDataSize)) {
+        return terminate(kFesDataLimitExceeded, 4, h,
+                         Status::invalid_argument("nvme-tcp: in-capsule data too large"));
+      }
+      return handle_capsule(decode_capsule_cmd(h), data, ddgst_ok);
+    }
+    case PduType::kH2CData: {
+      auto d = decode_data_header(h);
+      if (!d.ok()) return terminate(kFesInvalidHeaderField, 16, h, d.status());
+      if (d->length != data.size()) {
+        return terminate(kFesInvalidHeaderField, 16, h,
+                         Status::invalid_argument("nvme-tcp: H2CData length mismatch"));
+      }
+      if (data.size() > state_.config().maxh2cdata) {
+        return terminate(kFesDataLimitExceeded, 16, h,
+                         Status::invalid_argument("nvme-tcp: H2CData above MAXH2CDATA"));
+      }
+      auto it = pending_.find(d->ttag);
+      if (it == pending_.end() || it->second.cid != d->cccid) {
+        return terminate(kFesInvalidHeaderField, 10, h,
+                         Status::invalid_argument("nvme-tcp: H2CData for unknown TTAG"));
+      }
+      PendingWrite& w = it->second;
+      if (d->offset != w.received || uint64_t(d->offset) + d->length > w.buf.size()) {
+        return terminate(kFesDataOutOfRange, 12, h,
+                         Status::invalid_argument("nvme-tcp: H2CData out of range"));
+      }
+      return handle_h2c_data(*d, data, ddgst_ok);
+    }
+    default:
+      return terminate(kFesInvalidHeaderField, 0, h,
+                       Status::invalid_argument("nvme-tcp: unexpected PDU"));
+  }
+}
+
+Status QueueConnection::complete(uint16_t cid, const Completion& c) {
+  Cqe cqe{};
+  put32(cqe.data(), c.dw0);
+  put32(cqe.data() + 4, c.dw1);
+  put16(cqe.data() + 8, sq_flow_disabled_ ? 0xFFFF : sq_head_);
+  put16(cqe.data() + 10, qid_);
+  put16(cqe.data() + 12, cid);
+  uint16_t st = 0;
+  if (c.status) st = uint16_t(((c.status & 0xFF) << 1) | ((c.status >> 8) & 7) << 9 | 1u << 15);
+  put16(cqe.data() + 14, st);
+  HeaderBuf h;
+  const uint32_t n = encode_capsule_resp(cqe, limits_.hdgst, h);
+  iovec iov{h.data(), n};
+  return stream_.write_all(&iov, 1);
+}
+
+Status QueueConnection::send_data_and_complete(uint16_t cid, ByteView payload, uint32_t len,
+                                               const Completion& c) {
+  if (c.status != kScSuccess || len == 0) return complete(cid, c);
+  std::vector<std::byte> padded;
+  if (payload.size() != len) {  // deliver exactly the requested length
+    padded.assign(len, std::byte{0});
+    std::memcpy(padded.data(), payload.data(), std::min<size_t>(len, payload.size()));
+    payload = ByteView(padded.data(), len);
+  }
+  // SUCCESS replaces the CapsuleResp only when SQ flow control is off and the
+  // completion carries no result.
+  const bool success = sq_flow_disabled_ && c.dw0 == 0 && c.dw1 == 0;
+  HeaderBuf h;
+  const uint32_t n = encode_data(PduType::kC2HData, {cid, 0, 0, len},
+                                 uint8_t(kFlagDataLast | (success ? kFlagDataSuccess : 0)),
+                                 limits_.hdgst, limits_.ddgst, h);
+  uint8_t dd[4];
+  if (limits_.ddgst) put32(dd, digest(payload));
+  iovec iov[3] = {{h.data(), n}, {const_cast<std::byte*>(payload.data()), payload.size()}, {dd, 4}};
+  KVTIER_RETURN_IF_ERROR(stream_.write_all(iov, limits_.ddgst ? 3 : 2));
+  return success ? Status::ok_status() : complete(cid, c);
+}
+
+Status QueueConnection::send_r2t(uint16_t cid, uint16_t ttag, uint32_t offset, uint32_t length) {
+  HeaderBuf h;
+  const uint32_t n = encode_r2t({cid, ttag, offset, length}, limits_.hdgst, h);
+  iovec iov{h.data(), n};
+  return stream_.write_all(&iov, 1);
+}
+
+Status QueueConnection::handle_capsule(const Sqe& sqe, std::vector<uint8_t>& data, bool ddgst_ok) {
+  const uint16_t cid = cid_of(sqe);
+  if (sq_size_) sq_head_ = uint16_t((sq_head_ + 1) % sq_size_);
+  if (ctrl_) ctrl_->last_keepalive_ns = monotonic_ns();
+  if (!ddgst_ok) return complete(cid, {kScDataTransferError});
+  // Only SGLs (PSDT 01b) and only the two descriptor forms Linux sends.
+  if ((sqe[1] & 0xC0) != 0x40) return complete(cid, {kScInvalidField});
+  const uint8_t t = sgl_type(sqe);
+  if (!data.empty()) {
+    if (t != kSglInCapsule || sgl_addr(sqe) != 0 || sgl_len(sqe) != data.size()) {
+      return complete(cid, {kScSglLengthInvalid});
+    }
+  } else if (t != kSglTransport && t != kSglInCapsule) {
+    return complete(cid, {kScSglTypeInvalid});
+  } else if (t == kSglInCapsule && sgl_len(sqe) != 0) {
+    return complete(cid, {kScSglLengthInvalid});
+  }
+  if (sqe[0] == 0x7F) {
+    // Connect may be its own completion: fabrics() returns what to send.
+    return complete(cid, fabrics(sqe, data));
+  }
+  if (!connected_) return complete(cid, {kScSequenceError});
+  return qid_ == 0 ? admin(sqe, data) : io(sqe, data);
+}
+
+QueueConnection::Completion QueueConnection::fabrics(const Sqe& sqe,
+                                                     const std::vector<uint8_t>& data) {
+  const uint8_t fctype = sqe[4];
+  if (fctype == 0x01) return connect(sqe, data);
+  if (!connected_) return {kScSequenceError};
+  if (fctype != 0x00 && fctype != 0x04) return {kScInvalidOpcode};
+  if (qid_ != 0) return {kScInvalidField};
+  const uint8_t size = sqe[40] & 7;
+  const uint32_t ofst = get32(sqe.data() + 44);
+  std::lock_guard lk(ctrl_->mu);
+  if (fctype == 0x04) {  // Property Get
+    uint64_t v = 0;
+    switch (ofst) {
+      case 0x00:
+        v = capabilities(state_.config());
+        break;
+      case 0x08:
+        v = kNvmeVersion;
+        break;
+      case 0x14:
+        v = ctrl_->cc;
+        break;
+      case 0x1C:
+        v = ctrl_->csts;
+        break;
+      default:
+        return {kScInvalidField};
+    }
+    if ((size == 1) != (ofst == 0x00)) return {kScInvalidField};
+    return {kScSuccess, uint32_t(v), uint32_t(v >> 32)};
+  }
+  // Property Set: only CC is writable.
+  if (ofst != 0x14 || size != 0) return {kScInvalidField};
+  const uint32_t cc = uint32_t(get64(sqe.data() + 48));
+  const bool en = cc & 1;
+  const uint32_t shn = (cc >> 14) & 3;
+  ctrl_->cc = cc;
+  uint32_t csts = en ? 1 : 0;  // RDY follows EN at once: nothing to set up
+  if (shn) csts |= 2u << 2;    // SHST: shutdown complete (writes are synchronous)
+  ctrl_->csts = csts;
+  return {kScSuccess};
+}
+
+QueueConnection::Completion QueueConnection::connect(const Sqe& sqe,
+                                                     const std::vector<uint8_t>& data) {
+  if (connected_) return {kScSequenceError};
+  if (data.size() != kConnectDataSize) return {kScSglLengthInvalid};
+  const uint16_t recfmt = get16(sqe.data() + 40);
+  const uint16_t qid = get16(sqe.data() + 42);
+  const uint16_t sqsize = get16(sqe.data() + 44);  // 0's based
+  const uint8_t cattr = sqe[46];
+  const uint32_t kato = get32(sqe.data() + 48);
+  const auto& cfg = state_.config();
+  if (recfmt != 0) return {kScFabricsIncompatibleFormat};
+  if (sqsize < 1 || sqsize >= cfg.queue_depth) return {kScFabricsInvalidParam, 44};
+  std::array<uint8_t, 16> hostid;
+  std::memcpy(hostid.data(), data.data(), 16);
+  const uint16_t cntlid = get16(data.data() + 16);
+  bool t1, t2;
+  const std::string subnqn = bounded_string(data.data() + 256, 256, &t1);
+  const std::string hostnqn = bounded_string(data.data() + 512, 256, &t2);
+  if (!t1 || subnqn.empty()) return {kScFabricsInvalidParam, (1u << 16) | 256};
+  if (!t2 || hostnqn.empty()) return {kScFabricsInvalidParam, (1u << 16) | 512};
+
+  if (qid == 0) {
+    const Subsystem* sub = nullptr;
+    if (subnqn != kDiscoveryNqn) {
+      sub = state_.find_subsystem(subnqn);
+      if (!sub) {
+        spdlog::warn("nvmf: Connect to unknown subsystem {} from {}", subnqn, hostnqn);
+        return {kScFabricsInvalidParam, (1u << 16) | 256};
+      }
+      if (!sub->host_allowed(hostnqn)) {
+        spdlog::warn("nvmf: host {} is not allowed on {}", hostnqn, subnqn);
+        return {kScFabricsInvalidHost};
+      }
+    }
+    if (cntlid != 0xFFFF && cntlid != 0xFFFE) return {kScFabricsInvalidParam, (1u << 16) | 16};
+    auto c = state_.create_controller(sub, hostnqn, hostid, kato);
+    if (!c) return {kScInternal};
+    {
+      std::lock_guard lk(c->mu);
+      c->queues.push_back(this);
+    }
+    ctrl_ = std::move(c);
+    spdlog::info("nvmf: controller {} for {} from {}", ctrl_->cntlid, subnqn, hostnqn);
+  } else {
+    auto c = state_.find_controller(cntlid);
+    if (!c || c->is_discovery() || c->hostnqn != hostnqn || c->subsystem->config.nqn != subnqn) {
+      return {kScFabricsInvalidParam, (1u << 16) | 16};
+    }
+    std::lock_guard lk(c->mu);
+    const uint16_t granted = c->io_queues_granted ? c->io_queues_granted : cfg.max_io_queues;
+    if (!(c->cc & 1) || qid > granted) return {kScFabricsInvalidParam, 42};
+    c->queues.push_back(this);
+    ctrl_ = std::move(c);
+  }
+  qid_ = qid;
+  sq_size_ = uint16_t(sqsize + 1);
+  sq_flow_disabled_ = cattr & 0x04;
+  connected_ = true;
+  return {kScSuccess, ctrl_->cntlid};
+}
+
+QueueConnection::Completion QueueConnection::get_features(const Sqe& sqe) {
+  const uint8_t fid = dw(sqe, 10) & 0xFF;
+  std::lock_guard lk(ctrl_->mu);
+  switch (fid) {
+    case 0x07: {
+      const uint32_t n =
+          (ctrl_->io_queues_granted ? ctrl_->io_queues_granted : state_.config().max_io_queues) - 1;
+      return {kScSuccess, n << 16 | n};
+    }
+    case 0x0B:
+      return {kScSuccess, ctrl_->async_event_config};
+    case 0x0F:
+      return {kScSuccess, ctrl_->kato_ms};
+    default:
+      return {kScInvalidField};
+  }
+}
+
+QueueConnection::Completion QueueConnection::set_features(const Sqe& sqe) {
+  const uint8_t fid = dw(sqe, 10) & 0xFF;
+  const uint32_t v = dw(sqe, 11);
+  std::lock_guard lk(ctrl_->mu);
+  switch (fid) {
+    case 0x07: {
+      if (ctrl_->is_discovery()) return {kScInvalidField};
+      const uint32_t nsq = (v & 0xFFFF) + 1, ncq = (v >> 16) + 1;
+      if ((v & 0xFFFF) == 0xFFFF || (v >> 16) == 0xFFFF) return {kScInvalidField};
+      const uint32_t n = std::min({nsq, ncq, state_.config().max_io_queues});
+      ctrl_->io_queues_granted = uint16_t(n);
+      return {kScSuccess, (n - 1) << 16 | (n - 1)};
+    }
+    case 0x0B:
+      ctrl_->async_event_config = v;
+      return {kScSuccess};
+    case 0x0F:
+      ctrl_->kato_ms = v;
+      return {kScSuccess};
+    default:
+      return {kScInvalidField};
+  }
+}
+
+Status QueueConnection::admin(const Sqe& sqe, const std::vector<uint8_t>& data) {
+  const uint16_t cid = cid_of(sqe);
+  const uint8_t opc = sqe[0];
+  const uint32_t nsid = dw(sqe, 1);
+  const uint32_t len = sgl_type(sqe) == kSglTransport ? sgl_len(sqe) : 0;
+  const Subsystem* sub = ctrl_->subsystem;
+  switch (opc) {
+    case 0x18:  // Keep Alive
+      return complete(cid, {kScSuccess});
+    case 0x0C:  // Async Event Request: held; nothing to report yet
+      return Status::ok_status();
+    case 0x08:  // Abort: nothing is ever queued long enough to abort
+      return complete(cid, {kScSuccess, 1});
+    case 0x09:
+      return complete(cid, set_features(sqe));
+    case 0x0A:
+      return complete(cid, get_features(sqe));
+    case 0x06: {  // Identify
+      if (len == 0 || len > kIdentifySize) return complete(cid, {kScSglLengthInvalid});
+      const uint8_t cns = dw(sqe, 10) & 0xFF;
+      std::vector<uint8_t> page;
+      if (cns == 0x01) {
+        page = identify_controller(state_.config(), *ctrl_);
+      } else if (sub && (cns == 0x00 || cns == 0x03)) {
+        if (nsid == 0 || nsid > sub->config.namespaces.size()) {
+          return complete(cid, {kScInvalidNamespace});
+        }
+        page = cns == 0 ? identify_namespace(*sub, nsid) : namespace_descriptors(*sub, nsid);
+      } else if (sub && cns == 0x02) {
+        if (nsid >= 0xFFFFFFFE) return complete(cid, {kScInvalidNamespace});
+        page = active_namespace_list(*sub, nsid);
+      } else {
+        return complete(cid, {kScInvalidField});
+      }
+      return send_data_and_complete(cid, as_bytes_view(page.data(), page.size()), len,
+                                    {kScSuccess});
+    }
+    case 0x02: {  // Get Log Page
+      const uint8_t lid = dw(sqe, 10) & 0xFF;
+      const uint64_t numd = ((uint64_t(dw(sqe, 11) & 0xFFFF) << 16) | (dw(sqe, 10) >> 16)) + 1;
+      const uint64_t offset = dw(sqe, 12) | uint64_t(dw(sqe, 13)) << 32;
+      if (numd * 4 != len || len > state_.config().max_transfer || offset % 4) {
+        return complete(cid, {kScInvalidField});
+      }
+      std::vector<uint8_t> page;
+      if (lid == 0x70 && !sub) {
+        page = discovery_log(state_, ctrl_->hostnqn, state_.discovery_generation());
+      } else if (sub && (lid == 0x01 || lid == 0x02 || lid == 0x03)) {
+        page.assign(lid == 0x01 ? 64 : 512, 0);  // no errors, no health data, one slot
+      } else {
+        return complete(cid, {kScInvalidField});
+      }
+      if (offset > page.size()) return complete(cid, {kScInvalidField});
+      const size_t n = std::min<size_t>(len, page.size() - offset);
+      return send_data_and_complete(cid, as_bytes_view(page.data() + offset, n), len, {kScSuccess});
+    }
+    default:
+      (void)data;
+      return complete(cid, {kScInvalidOpcode});
+  }
+}
+
+Status QueueConnection::io(const Sqe& sqe, std::vector<uint8_t>& data) {
+  const uint16_t cid = cid_of(sqe);
+  const uint8_t opc = sqe[0];
+  const uint32_t nsid = dw(sqe, 1);
+  const Subsystem* sub = ctrl_->subsystem;
+  if (!sub) return complete(cid, {kScInvalidOpcode});
+  if (opc == 0x00 && nsid == 0xFFFFFFFF) {  // Flush of every namespace
+    for (auto& d : sub->config.namespaces) {
+      if (!d->flush_sync().ok()) return complete(cid, {kScInternal});
+    }
+    return complete(cid, {kScSuccess});
+  }
+  if (nsid == 0 || nsid > sub->config.namespaces.size()) {
+    return complete(cid, {kScInvalidNamespace});
+  }
+  blk::BlockDevice& dev = *sub->config.namespaces[nsid - 1];
+  const uint32_t bs = dev.block_size();
+  const uint64_t blocks = dev.capacity() / bs;
+  switch (opc) {
+    case 0x00:
+      return complete(cid, {dev.flush_sync().ok() ? kScSuccess : kScInternal});
+    case 0x01:
+    case 0x02:
+    case 0x08: {
+      const uint64_t slba = dw(sqe, 10) | uint64_t(dw(sqe, 11)) << 32;
+      const uint64_t nlb = (dw(sqe, 12) & 0xFFFF) + 1;
+      if (slba >= blocks || nlb > blocks - slba) return complete(cid, {kScLbaOutOfRange});
+      const uint64_t bytes = nlb * bs;
+      if (opc == 0x08) {  // Write Zeroes: the host bounds it by MDTS too
+        if (bytes > state_.config().max_transfer) return complete(cid, {kScInvalidField});
+        AlignedBuffer zeros(bytes, std::max<size_t>(dev.buffer_alignment(), 4096), true);
+        return complete(cid,
+                        {dev.write_sync(slba * bs, zeros.view()).ok() ? kScSuccess : kScInternal});
+      }
+      if (bytes > state_.config().max_transfer || sgl_len(sqe) != bytes) {
+        return complete(cid, {kScSglLengthInvalid});
+      }
+      if (opc == 0x02) {
+        if (sgl_type(sqe) != kSglTransport) return complete(cid, {kScSglTypeInvalid});
+        AlignedBuffer buf(bytes, std::max<size_t>(dev.buffer_alignment(), 4096));
+        Status st = dev.read_sync(slba * bs, buf.view());
+        if (!st.ok()) return complete(cid, {kScInternal});
+        return send_data_and_complete(cid, buf.view(), uint32_t(bytes), {kScSuccess});
+      }
+      if (!data.empty()) {  // in-capsule write
+        AlignedBuffer buf(bytes, std::max<size_t>(dev.buffer_alignment(), 4096));
+        std::memcpy(buf.data(), data.data(), bytes);
+        return complete(cid,
+                        {dev.write_sync(slba * bs, buf.view()).ok() ? kScSuccess : kScInternal});
+      }
+      // R2T-driven write: ask for all of it; the host splits by MAXH2CDATA.
+      if (pending_.size() >= sq_size_) return complete(cid, {kScInternal});
+      uint16_t ttag = next_ttag_;
+      while (pending_.count(ttag)) ++ttag;
+      next_ttag_ = uint16_t(ttag + 1);
+      PendingWrite w;
+      w.cid = cid;
+      w.nsid = nsid;
+      w.offset = slba * bs;
+      w.buf = AlignedBuffer(bytes, std::max<size_t>(dev.buffer_alignment(), 4096));
+      pending_.emplace(ttag, std::move(w));
+      return send_r2t(cid, ttag, 0, uint32_t(bytes));
+    }
+    case 0x09: {  // Dataset Management
+      const uint32_t nr = (dw(sqe, 10) & 0xFF) + 1;
+      if (data.size() < nr * 16u) return complete(cid, {kScSglLengthInvalid});
+      if (!(dw(sqe, 11) & 0x4)) return complete(cid, {kScSuccess});  // hints only
+      for (uint32_t i = 0; i < nr; ++i) {
+        const uint8_t* r = data.data() + 16 * i;
+        const uint64_t nlb = get32(r + 4), slba = get64(r + 8);
+        if (nlb == 0) continue;
+        if (slba >= blocks || nlb > blocks - slba) return complete(cid, {kScLbaOutOfRange});
+        if (!dev.trim_sync(slba * bs, nlb * bs).ok()) return complete(cid, {kScInternal});
+      }
+      return complete(cid, {kScSuccess});
+    }
+    default:
+      return complete(cid, {kScInvalidOpcode});
+  }
+}
+
+Status QueueConnection::handle_h2c_data(const DataHeader& h, const std::vector<uint8_t>& data,
+                                        bool ddgst_ok) {
+  auto it = pending_.find(h.ttag);
+  PendingWrite& w = it->second;
+  std::memcpy(w.buf.data() + h.offset, data.data(), data.size());
+  w.received += uint32_t(data.size());
+  if (!ddgst_ok) {
+    const uint16_t cid = w.cid;
+    pending_.erase(it);
+    return complete(cid, {kScDataTransferError});
+  }
+  if (w.received < w.buf.size()) return Status::ok_status();
+  PendingWrite done = std::move(w);
+  pending_.erase(it);
+  blk::BlockDevice& dev = *ctrl_->subsystem->config.namespaces[done.nsid - 1];
+  Status st = dev.write_sync(done.offset, done.buf.view());
+  return complete(done.cid, {st.ok() ? kScSuccess : kScInternal});
+}
+
+}  // namespace kvtier::nvmf

@@ -1,0 +1,87 @@
+// One NVMe/TCP queue (admin or I/O) on the target side: the ICReq/ICResp
+// handshake, then a loop that receives PDUs, checks every field, executes
+// commands against the namespace's BlockDevice and sends C2HData, R2T and
+// CapsuleResp PDUs. One thread owns a QueueConnection and runs run(); other
+// threads may only call close_now() (through TargetState).
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "common/buffer.h"
+#include "nvmf/pdu.h"
+#include "nvmf/target_state.h"
+
+namespace kvtier::nvmf {
+
+// The byte stream under a queue: a TCP socket, or memory in the fuzzer.
+class PduStream {
+ public:
+  virtual ~PduStream() = default;
+  virtual Status read_exact(void* buf, size_t n) = 0;
+  virtual Status write_all(const iovec* iov, int count) = 0;
+  virtual void shutdown() = 0;  // unblocks a pending read from another thread
+};
+
+class QueueConnection : public Closable {
+ public:
+  QueueConnection(TargetState& state, PduStream& stream);
+  ~QueueConnection() override;
+
+  // Serves the queue until the peer disconnects, a protocol error ends it
+  // (after a C2HTermReq) or close_now() is called. Returns why it ended.
+  Status run();
+  void close_now() override { stream_.shutdown(); }
+
+ private:
+  struct PendingWrite {  // a write waiting for its H2CData after an R2T
+    uint16_t cid = 0;
+    uint32_t nsid = 0;
+    uint64_t offset = 0;
+    uint32_t received = 0;
+    AlignedBuffer buf;
+  };
+  struct Completion {
+    uint16_t status = 0;  // (SCT << 8 | SC)
+    uint32_t dw0 = 0;
+    uint32_t dw1 = 0;
+  };
+
+  Status handshake();
+  Status serve_pdu(const PduLayout& l, const uint8_t* hdr, std::vector<uint8_t>& data,
+                   bool data_digest_ok);
+  Status handle_capsule(const Sqe& sqe, std::vector<uint8_t>& data, bool data_digest_ok);
+  Status handle_h2c_data(const DataHeader& h, const std::vector<uint8_t>& data, bool ddgst_ok);
+  Completion fabrics(const Sqe& sqe, const std::vector<uint8_t>& data);
+  Completion connect(const Sqe& sqe, const std::vector<uint8_t>& data);
+  Status admin(const Sqe& sqe, const std::vector<uint8_t>& data);
+  Status io(const Sqe& sqe, std::vector<uint8_t>& data);
+  Completion get_features(const Sqe& sqe);
+  Completion set_features(const Sqe& sqe);
+
+  // Sends `payload` as C2HData (trimmed or zero-padded to the SGL length) and
+  // then the completion (or the SUCCESS flag in place of it).
+  Status send_data_and_complete(uint16_t cid, ByteView payload, uint32_t sgl_len,
+                                const Completion& c);
+  Status complete(uint16_t cid, const Completion& c);
+  Status send_r2t(uint16_t cid, uint16_t ttag, uint32_t offset, uint32_t length);
+  Status terminate(uint16_t fes, uint32_t fei, ByteView offending, Status why);
+
+  TargetState& state_;
+  PduStream& stream_;
+  PduLimits limits_;
+  uint16_t qid_ = 0;
+  bool connected_ = false;
+  bool sq_flow_disabled_ = false;
+  uint16_t sq_size_ = 0;  // entries (1's based)
+  uint16_t sq_head_ = 0;
+  std::shared_ptr<Controller> ctrl_;
+  std::map<uint16_t, PendingWrite> pending_;  // by TTAG
+  uint16_t next_ttag_ = 0;
+};
+
+}  // namespace kvtier::nvmf

@@ -1,0 +1,98 @@
+// JSON loading and validation of the target configuration.
+#include "nvmf/target_config.h"
+
+#include <nlohmann/json.hpp>
+
+#include "blk/mem_device.h"
+#include "blk/uring_device.h"
+
+namespace kvtier::nvmf {
+namespace {
+
+bool valid_nqn(const std::string& nqn) {
+  return nqn.size() >= 5 && nqn.size() <= 223 && nqn.rfind("nqn.", 0) == 0;
+}
+
+Result<std::shared_ptr<blk::BlockDevice>> open_namespace(const nlohmann::json& ns) {
+  if (ns.contains("mem_mib")) {
+    const uint64_t mib = ns.at("mem_mib").get<uint64_t>();
+    if (mib == 0) return Status::invalid_argument("namespace mem_mib must be > 0");
+    return std::shared_ptr<blk::BlockDevice>(std::make_shared<blk::MemDevice>(mib << 20, 4096, 1));
+  }
+  if (ns.contains("file")) {
+    blk::UringOptions o;
+    o.path = ns.at("file").get<std::string>();
+    o.create_size = ns.value("size_mib", uint64_t{0}) << 20;
+    o.direct = ns.value("direct", true);
+    auto dev = blk::UringDevice::open(o);
+    if (!dev.ok()) return dev.status();
+    return std::shared_ptr<blk::BlockDevice>(std::move(dev.value()));
+  }
+  return Status::invalid_argument("namespace needs \"mem_mib\" or \"file\"");
+}
+
+}  // namespace
+
+Status validate_target_config(const TargetConfig& c) {
+  if (c.subsystems.empty()) return Status::invalid_argument("no subsystems configured");
+  for (const auto& s : c.subsystems) {
+    if (!valid_nqn(s.nqn)) return Status::invalid_argument("bad subsystem NQN: " + s.nqn);
+    if (s.nqn == kDiscoveryNqn) return Status::invalid_argument("the discovery NQN is reserved");
+    if (s.namespaces.empty()) return Status::invalid_argument(s.nqn + ": no namespaces");
+    for (const auto& d : s.namespaces) {
+      if (!d || (d->block_size() != 512 && d->block_size() != 4096)) {
+        return Status::invalid_argument(s.nqn + ": namespace block size must be 512 or 4096");
+      }
+    }
+  }
+  if (c.max_io_queues == 0 || c.max_io_queues > 64) {
+    return Status::invalid_argument("max_io_queues must be 1..64");
+  }
+  if (c.queue_depth < 32 || c.queue_depth > 1024) {
+    return Status::invalid_argument("queue_depth must be 32..1024");
+  }
+  if (c.max_transfer < 4096 || (c.max_transfer & (c.max_transfer - 1)) ||
+      c.max_transfer > (8u << 20)) {
+    return Status::invalid_argument("max_transfer must be a power of two in 4 KiB..8 MiB");
+  }
+  if (c.maxh2cdata < 4096 || c.maxh2cdata % 4 || c.maxh2cdata > c.max_transfer) {
+    return Status::invalid_argument("maxh2cdata must be a multiple of 4 in 4096..max_transfer");
+  }
+  if (c.in_capsule_data < 1024 || c.in_capsule_data > 65536 || c.in_capsule_data % 16) {
+    return Status::invalid_argument("in_capsule_data must be a multiple of 16 in 1024..65536");
+  }
+  return Status::ok_status();
+}
+
+Result<TargetConfig> parse_target_config(const std::string& text) {
+  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Status::invalid_argument("config is not JSON");
+  TargetConfig c;
+  try {
+    if (j.contains("listen")) {
+      c.address = j["listen"].value("address", c.address);
+      c.port = j["listen"].value("port", c.port);
+    }
+    c.max_io_queues = j.value("max_io_queues", c.max_io_queues);
+    c.queue_depth = j.value("queue_depth", c.queue_depth);
+    for (const auto& sj : j.at("subsystems")) {
+      SubsystemConfig s;
+      s.nqn = sj.at("nqn").get<std::string>();
+      s.serial = sj.value("serial", std::string());
+      s.allow_any_host = sj.value("allow_any_host", false);
+      s.allowed_hosts = sj.value("allowed_hosts", std::vector<std::string>{});
+      for (const auto& nj : sj.at("namespaces")) {
+        auto dev = open_namespace(nj);
+        if (!dev.ok()) return dev.status();
+        s.namespaces.push_back(std::move(dev.value()));
+      }
+      c.subsystems.push_back(std::move(s));
+    }
+  } catch (const std::exception& e) {
+    return Status::invalid_argument(std::string("config: ") + e.what());
+  }
+  KVTIER_RETURN_IF_ERROR(validate_target_config(c));
+  return c;
+}
+
+}  // namespace kvtier::nvmf
