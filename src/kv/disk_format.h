@@ -31,6 +31,10 @@ constexpr uint32_t kSuperMagic = 0x5354564B;       // "KVTS"
 constexpr uint32_t kEntryMagic = 0x4554564B;       // "KVTE"
 constexpr uint32_t kCheckpointMagic = 0x4354564B;  // "KVTC"
 
+// EntryHeader::flags: a tombstone (payload_bytes 0, no payload pages) says
+// the key was removed; the crash scan drops every older copy of it.
+constexpr uint32_t kEntryTombstone = 1;
+
 enum CheckpointState : uint32_t { kNoCheckpoint = 0, kCheckpointValid = 1 };
 
 struct Superblock {
@@ -70,7 +74,8 @@ struct EntryHeader {
   uint32_t payload_bytes;
   uint32_t payload_crc;  // CRC32C of the payload
   uint32_t header_crc;   // CRC32C of this struct with header_crc = 0
-  uint32_t reserved[15];
+  uint32_t flags;        // 0, or kEntryTombstone
+  uint32_t reserved[14];
 };
 static_assert(sizeof(EntryHeader) == 128);
 

@@ -241,7 +241,8 @@ TEST(DiskFormat, StructSizesAndFieldOffsets) {
   EXPECT_EQ(offsetof(EntryHeader, region_seq), 8u);
   EXPECT_EQ(offsetof(EntryHeader, payload_bytes), 56u);
   EXPECT_EQ(offsetof(EntryHeader, header_crc), 64u);
-  EXPECT_EQ(offsetof(EntryHeader, reserved), 68u);
+  EXPECT_EQ(offsetof(EntryHeader, flags), 68u);
+  EXPECT_EQ(offsetof(EntryHeader, reserved), 72u);
   EXPECT_EQ(sizeof(CheckpointHeader), 40u);
   EXPECT_EQ(offsetof(CheckpointHeader, entry_count), 32u);
   EXPECT_EQ(sizeof(CheckpointRegion), 16u);

@@ -70,12 +70,12 @@ struct DiskTier::Region {
 };
 
 struct DiskTier::Counters {
-  std::atomic<uint64_t> appends{0}, bytes_appended{0};
+  std::atomic<uint64_t> appends{0}, bytes_appended{0}, tombstones{0};
   std::atomic<uint64_t> region_writes{0}, bytes_written{0}, write_errors{0};
   std::atomic<uint64_t> reads{0}, bytes_read{0}, buffer_reads{0}, direct_reads{0};
   std::atomic<uint64_t> read_corrupt{0}, read_io_errors{0};
   std::atomic<uint64_t> regions_reclaimed{0}, entries_evicted{0}, entries_reinserted{0};
-  std::atomic<uint64_t> recovered_entries{0}, recovery_dropped{0};
+  std::atomic<uint64_t> recovered_entries{0}, recovery_dropped{0}, recovered_tombstones{0};
   bool recovered_from_checkpoint = false;
 };
 
@@ -428,10 +428,25 @@ Status DiskTier::load_checkpoint() {
 }
 
 Status DiskTier::scan_regions() {
-  AlignedBuffer rb(opts_.region_bytes, kDirectIoAlignment);
+  // Pass 1: each region's generation, from its first header, so that pass 2
+  // can replay the logs oldest first: a later copy of a key then replaces an
+  // earlier one, and a tombstone removes what came before it.
+  AlignedBuffer page(kPageBytes, kDirectIoAlignment);
+  std::vector<std::pair<uint64_t, uint32_t>> order;  // (generation, region)
   for (uint32_t r = 0; r < region_count_; ++r) {
+    regions_[r] = Region{};
+    if (!dev_->read_sync(region_offset(r), page.view()).ok()) continue;  // pass 2 warns
+    EntryHeader h;
+    std::memcpy(&h, page.data(), sizeof(h));
+    if (h.magic == kEntryMagic && h.version == kFormatVersion && h.header_bytes == sizeof(h) &&
+        header_crc_of(h) == h.header_crc && h.volume_id == sb_.volume_id) {
+      order.emplace_back(h.region_seq, r);
+    }
+  }
+  std::sort(order.begin(), order.end());
+  AlignedBuffer rb(opts_.region_bytes, kDirectIoAlignment);
+  for (auto [first_seq, r] : order) {
     Region& reg = regions_[r];
-    reg = Region{};
     Status st = dev_->read_sync(region_offset(r), rb.view());
     if (!st.ok()) {
       spdlog::warn("disk tier: region {} unreadable during scan: {}", r, st.to_string());
@@ -448,28 +463,44 @@ Status DiskTier::scan_regions() {
       if (seq == 0) seq = h.region_seq;
       if (h.region_seq != seq) break;  // an older generation's leftovers
       const uint64_t eb = entry_bytes(h.payload_bytes);
-      if (h.payload_bytes == 0 || h.payload_bytes > opts_.max_payload_bytes ||
-          off + eb > opts_.region_bytes) {
+      const bool tombstone = h.flags == kEntryTombstone && h.payload_bytes == 0;
+      if ((h.flags != 0 && !tombstone) || (h.payload_bytes == 0 && !tombstone) ||
+          h.payload_bytes > opts_.max_payload_bytes || off + eb > opts_.region_bytes) {
         break;
       }
-      if (crc32c(rb.data() + off + kPayloadOffset, h.payload_bytes) == h.payload_crc) {
+      const Key128 key{h.key_hi, h.key_lo};
+      if (tombstone) {
+        // Everything replayed so far is older: the key was removed after it.
+        if (index_->erase(key)) c_->recovered_entries.fetch_sub(1, kRelaxed);
+        c_->recovered_tombstones.fetch_add(1, kRelaxed);
+      } else if (crc32c(rb.data() + off + kPayloadOffset, h.payload_bytes) == h.payload_crc) {
         auto ns = namespaces_->intern(Key128{h.ns_hi, h.ns_lo}, false);
         if (!ns.ok()) {  // namespace table full: this block cannot be indexed
           c_->recovery_dropped.fetch_add(1, kRelaxed);
-          off += entry_bytes(h.payload_bytes);
+          off += eb;
           continue;
         }
         IndexRecord rec;
-        rec.key = Key128{h.key_hi, h.key_lo};
+        rec.key = key;
         rec.disk_page = first_page_of(r) + static_cast<uint32_t>(off / kPageBytes);
         rec.length = h.payload_bytes;
         rec.ns = *ns;
-        // The same key may sit in two regions (reinserted): either copy is
-        // the same bytes; the first one found wins.
-        if (index_->insert(rec) == Index::InsertResult::kInserted) {
-          reg.keys.push_back(rec.key);
-          c_->recovered_entries.fetch_add(1, kRelaxed);
+        switch (index_->insert(rec)) {
+          case Index::InsertResult::kInserted:
+            c_->recovered_entries.fetch_add(1, kRelaxed);
+            break;
+          case Index::InsertResult::kExists:
+            // Replayed oldest first: this copy is the newest so far.
+            index_->update(key, [&](IndexRecord& cur) {
+              cur = rec;
+              return true;
+            });
+            break;
+          case Index::InsertResult::kFull:
+            c_->recovery_dropped.fetch_add(1, kRelaxed);
+            break;
         }
+        reg.keys.push_back(key);
       } else {
         c_->recovery_dropped.fetch_add(1, kRelaxed);
       }
@@ -481,6 +512,43 @@ Status DiskTier::scan_regions() {
       reg.fill = reg.flushed = static_cast<uint32_t>(off);
     }
   }
+  return Status::ok_status();
+}
+
+bool DiskTier::reclaim_oldest() {
+  std::lock_guard lock(mu_);
+  if (fifo_.empty()) return false;
+  const uint32_t id = fifo_.front();
+  Region& victim = regions_[id];
+  if (victim.state != Region::kSealed) return false;  // still flushing: not now
+  fifo_.pop_front();
+  const uint32_t first = first_page_of(id), end = first + pages_per_region_;
+  for (const Key128& key : victim.keys) {
+    index_->update(key, [&](IndexRecord& rec) {
+      if (rec.disk_page < first || rec.disk_page >= end) return true;
+      rec.disk_page = kNoDiskPage;
+      c_->entries_evicted.fetch_add(1, kRelaxed);
+      return rec.in_ram();
+    });
+  }
+  victim.keys.clear();
+  victim.state = Region::kFree;
+  victim.fill = victim.flushed = 0;
+  free_regions_.push_back(id);
+  c_->regions_reclaimed.fetch_add(1, kRelaxed);
+  return true;
+}
+
+Status DiskTier::append_tombstone(const Key128& key, uint16_t ns) {
+  const Key128 ns_digest = namespaces_->digest(ns);
+  std::unique_lock lock(mu_);
+  KVTIER_RETURN_IF_ERROR(make_room_locked(lock, entry_bytes(0)));
+  const Reservation res = reserve_locked(key, ns_digest, 0, 0, kEntryTombstone);
+  write_entry(res.dst, res.header, ByteView());
+  auto chunks = copy_done_locked(res.region, res.offset);
+  lock.unlock();
+  c_->tombstones.fetch_add(1, kRelaxed);
+  submit_writes(std::move(chunks));
   return Status::ok_status();
 }
 
@@ -506,7 +574,7 @@ Result<uint32_t> DiskTier::append(const Key128& key, uint16_t ns, ByteView paylo
 }
 
 DiskTier::Reservation DiskTier::reserve_locked(const Key128& key, const Key128& ns_digest,
-                                               size_t payload_bytes, uint32_t crc) {
+                                               size_t payload_bytes, uint32_t crc, uint32_t flags) {
   const uint32_t id = static_cast<uint32_t>(open_);
   Region& r = regions_[id];
   Reservation res;
@@ -527,6 +595,7 @@ DiskTier::Reservation DiskTier::reserve_locked(const Key128& key, const Key128& 
   h.ns_lo = ns_digest.lo;
   h.payload_bytes = static_cast<uint32_t>(payload_bytes);
   h.payload_crc = crc;
+  h.flags = flags;
   h.header_crc = header_crc_of(h);
   r.fill += static_cast<uint32_t>(entry_bytes(payload_bytes));
   r.keys.push_back(key);
@@ -688,14 +757,26 @@ Status DiskTier::open_region_locked(std::unique_lock<std::mutex>& lock) {
   };
   std::vector<Hot> hot;
   uint32_t id;
-  if (!free_regions_.empty()) {
-    id = free_regions_.back();
-    free_regions_.pop_back();
-  } else {
+  bool reclaim = false;
+  for (;;) {
+    if (!free_regions_.empty()) {
+      id = free_regions_.back();
+      free_regions_.pop_back();
+      break;
+    }
     if (fifo_.empty()) return Status::internal("disk tier has no region to reclaim");
     id = fifo_.front();
-    cv_.wait(lock, [&] { return regions_[id].state != Region::kFlushing; });
+    // Wait for the oldest region's writes; look again afterwards, since
+    // reclaim_oldest() may have taken it meanwhile.
+    if (regions_[id].state == Region::kFlushing) {
+      cv_.wait(lock);
+      continue;
+    }
     fifo_.pop_front();
+    reclaim = true;
+    break;
+  }
+  if (reclaim) {
     Region& victim = regions_[id];
     victim.state = Region::kReclaiming;
     const uint32_t first = first_page_of(id), end = first + pages_per_region_;
@@ -1000,6 +1081,8 @@ DiskTierStats DiskTier::stats() const {
   s.entries_reinserted = c_->entries_reinserted.load(kRelaxed);
   s.recovered_entries = c_->recovered_entries.load(kRelaxed);
   s.recovery_dropped = c_->recovery_dropped.load(kRelaxed);
+  s.recovered_tombstones = c_->recovered_tombstones.load(kRelaxed);
+  s.tombstones = c_->tombstones.load(kRelaxed);
   s.recovered_from_checkpoint = c_->recovered_from_checkpoint;
   s.region_count = region_count_;
   std::lock_guard lock(mu_);

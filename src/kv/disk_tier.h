@@ -73,7 +73,8 @@ struct DiskTierStats {
   uint64_t direct_reads = 0;  // of `reads`, those that went straight into the caller's buffer
   uint64_t read_corrupt = 0, read_io_errors = 0;
   uint64_t regions_reclaimed = 0, entries_evicted = 0, entries_reinserted = 0;
-  uint64_t recovered_entries = 0, recovery_dropped = 0;
+  uint64_t recovered_entries = 0, recovery_dropped = 0, recovered_tombstones = 0;
+  uint64_t tombstones = 0;  // appended by remove()
   bool recovered_from_checkpoint = false;
   uint32_t region_count = 0, regions_in_use = 0;
 };
@@ -99,6 +100,15 @@ class DiskTier {
   // in ReadTarget::wait_until (`deadline_ns` is the caller's, kept for
   // devices that could honour it).
   void read_async(const IndexRecord& rec, std::shared_ptr<ReadTarget> target, uint64_t deadline_ns);
+
+  // Drops the oldest sealed region's entries from the index and frees the
+  // region (no reinsertion). For an index that filled before the volume did;
+  // false when there is no sealed region to take now.
+  bool reclaim_oldest();
+
+  // Appends a tombstone for `key`: after a crash, the scan forgets every
+  // copy of the key older than it. Durable, like an append, after flush().
+  Status append_tombstone(const Key128& key, uint16_t ns);
 
   // Makes every appended entry durable (partial region write + device flush).
   Status flush();
@@ -148,7 +158,7 @@ class DiskTier {
     disk::EntryHeader header{};
   };
   Reservation reserve_locked(const Key128& key, const Key128& ns_digest, size_t payload_bytes,
-                             uint32_t crc);
+                             uint32_t crc, uint32_t flags = 0);
   static void write_entry(std::byte* dst, const disk::EntryHeader& h, ByteView payload);
   // Marks a reserved entry copied; returns the open region's whole chunks
   // that are now ready to be written.

@@ -86,7 +86,9 @@ struct Store::Metrics {
                       "Puts written straight to disk (RAM tier absent or all leased)")),
         get_latency(r.histogram("kvtier_store_get_seconds", "Latency of a get or batch_get call")),
         put_latency(r.histogram("kvtier_store_put_seconds", "Latency of put")),
-        match_latency(r.histogram("kvtier_store_match_prefix_seconds", "Latency of match_prefix")) {
+        match_latency(r.histogram("kvtier_store_match_prefix_seconds", "Latency of match_prefix")),
+        index_reclaims(r.counter("kvtier_store_index_full_reclaims_total",
+                                 "Oldest disk regions reclaimed because the index was full")) {
     for (size_t i = 1; i < misses.size(); ++i) {
       misses[i] =
           &r.counter("kvtier_store_misses_total", "Gets that missed, by reason",
@@ -102,6 +104,7 @@ struct Store::Metrics {
   Counter &evictions, &demotions, &demotion_bytes, &eviction_drops, &promotions;
   Counter &demotions_rejected, &disk_direct_puts;
   Histogram &get_latency, &put_latency, &match_latency;
+  Counter& index_reclaims;
   std::array<Counter*, static_cast<size_t>(MissReason::kCount)> misses{};
   std::array<Counter*, static_cast<size_t>(RefuseReason::kCount)> refusals{};
 };
@@ -253,7 +256,16 @@ PutResult Store::put_to_disk(uint16_t ns, const Key128& key, ByteView data, uint
   rec.disk_page = *page;
   rec.length = static_cast<uint32_t>(data.size());
   rec.ns = ns;
-  switch (index_->insert(rec)) {
+  IndexRecord existing;
+  const auto ins = insert_making_room(rec, &existing);
+  if (ins == Index::InsertResult::kExists && existing.ns != ns) {
+    // Raced with a put of this key under another namespace: refuse, as
+    // put() does when it sees that before writing.
+    res.outcome = PutResult::Outcome::kRefused;
+    res.refuse = RefuseReason::kNoSpace;
+    return res;
+  }
+  switch (ins) {
     case Index::InsertResult::kInserted:
       res.tier = Tier::kDisk;
       m_->disk_direct_puts.add();
@@ -279,7 +291,10 @@ Result<PutResult> Store::put(uint16_t ns, const Key128& key, ByteView data) {
   }
   const uint64_t t0 = now_ns();
   PutResult res;
-  if (index_->find(key)) {
+  if (auto existing = index_->find(key)) {
+    // Dedup only within the namespace: a key held by another namespace is
+    // not this block (and must not be replaced or claimed).
+    if (existing->ns != ns) return foreign_key_error(key);
     res.outcome = PutResult::Outcome::kDeduplicated;
     m_->dedups.add();
     return res;
@@ -293,7 +308,12 @@ Result<PutResult> Store::put(uint16_t ns, const Key128& key, ByteView data) {
     rec.ram_slot = *slot;
     rec.length = static_cast<uint32_t>(data.size());
     rec.ns = ns;
-    auto ins = index_->insert(rec);
+    IndexRecord existing;
+    auto ins = insert_making_room(rec, &existing);
+    if (ins == Index::InsertResult::kExists && existing.ns != ns) {
+      ram_->abandon(*slot);
+      return foreign_key_error(key);
+    }
     if (ins == Index::InsertResult::kInserted) {
       ram_->release(*slot);
       res.tier = Tier::kRam;
@@ -325,6 +345,26 @@ Result<PutResult> Store::put(uint16_t ns, const Key128& key, ByteView data) {
   return res;
 }
 
+Status Store::foreign_key_error(const Key128& key) const {
+  return Status::already_exists(
+      fmt::format("key {} is stored under another namespace; keys are per namespace (derive them "
+                  "from the namespace digest)",
+                  key.to_hex()));
+}
+
+Index::InsertResult Store::insert_making_room(const IndexRecord& rec, IndexRecord* existing) {
+  // The index has a fixed capacity sized for blocks of max_object_bytes; a
+  // load of smaller blocks can fill it while the volume still has room.
+  // Then the oldest disk region is reclaimed (its blocks are the coldest)
+  // to free records, instead of refusing puts for as long as the load lasts.
+  for (int attempt = 0;; ++attempt) {
+    auto ins = index_->insert(rec, existing);
+    if (ins != Index::InsertResult::kFull || !disk_ || attempt >= 4) return ins;
+    if (!disk_->reclaim_oldest()) return ins;
+    m_->index_reclaims.add();
+  }
+}
+
 Result<std::vector<PutResult>> Store::batch_put(uint16_t ns, std::span<const Key128> keys,
                                                 std::span<const ByteView> data) {
   if (keys.size() != data.size()) {
@@ -335,6 +375,9 @@ Result<std::vector<PutResult>> Store::batch_put(uint16_t ns, std::span<const Key
   // Validate everything first so a bad item changes nothing.
   for (size_t i = 0; i < keys.size(); ++i) {
     KVTIER_RETURN_IF_ERROR(check_key(keys[i]));
+    if (auto existing = index_->find(keys[i]); existing && existing->ns != ns) {
+      return foreign_key_error(keys[i]);
+    }
     if (data[i].empty() || data[i].size() > opts_.max_object_bytes) {
       return Status::invalid_argument(
           fmt::format("batch_put: object {} has {} bytes, outside (0, {}]", i, data[i].size(),
@@ -573,6 +616,14 @@ Result<bool> Store::remove(uint16_t ns, const Key128& key) {
     removed = r.ns == ns;  // never drop another namespace's block
     return !removed;
   });
+  // Durable removal: a tombstone in the log, so a crash scan (which replays
+  // the regions oldest first) does not bring back an older copy. A clean
+  // restart needs none (the checkpoint lists only what the index holds).
+  if (removed && disk_) {
+    Status st = disk_->append_tombstone(key, ns);
+    if (!st.ok())
+      spdlog::warn("store: tombstone for a removed block not written: {}", st.to_string());
+  }
   return removed;
 }
 
@@ -657,6 +708,7 @@ StoreStats Store::stats() const {
   s.promotions = m_->promotions.value();
   s.disk_direct_puts = m_->disk_direct_puts.value();
   s.demotions_rejected = m_->demotions_rejected.value();
+  s.index_full_reclaims = m_->index_reclaims.value();
   s.ram_slots = ram_->slot_count();
   s.ram_used = ram_->used_slots();
   s.ram_leased = ram_->leased_slots();

@@ -6,8 +6,10 @@
 // and never wrong bytes.
 //
 // Errors (a non-OK Status) are reserved for bad input: an unknown namespace,
-// an empty or oversized object, a buffer too small, the reserved zero key.
-// Such calls change nothing.
+// an empty or oversized object, a buffer too small, the reserved zero key, a
+// put of a key that another namespace holds (kAlreadyExists; keys are derived
+// per namespace, so this is a client bug, never a dedup). Such calls change
+// nothing.
 //
 // Thread-safety: every method may be called concurrently from any thread.
 #pragma once
@@ -112,6 +114,7 @@ struct StoreStats {
   std::array<uint64_t, static_cast<size_t>(RefuseReason::kCount)> refusals{};
   uint64_t evictions = 0, demotions = 0, demotion_bytes = 0, eviction_drops = 0;
   uint64_t promotions = 0, disk_direct_puts = 0, demotions_rejected = 0;
+  uint64_t index_full_reclaims = 0;  // oldest disk regions reclaimed to free index records
   uint64_t ram_slots = 0, ram_used = 0, ram_leased = 0;
   uint64_t index_entries = 0, index_capacity = 0, index_bytes = 0;
   DiskTierStats disk;
@@ -163,6 +166,10 @@ class Store {
   void promote(uint16_t ns, const Key128& key, ByteView data, uint32_t expected_crc);
   // Classifies a failed disk read and drops a record that is really bad.
   MissReason disk_failure(const IndexRecord& rec, const Status& st);
+  // Index insert that, when the index is full, reclaims the oldest disk
+  // region to free records and tries again.
+  Index::InsertResult insert_making_room(const IndexRecord& rec, IndexRecord* existing);
+  Status foreign_key_error(const Key128& key) const;
   void count_miss(MissReason r);
   void count_refusal(RefuseReason r);
 
