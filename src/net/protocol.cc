@@ -453,6 +453,37 @@ void fields(Io& io, StatsRequest& m) {
   io.template enumeration<1>(m.format, 1, 2, "format");
 }
 template <typename Io>
+void fields(Io&, ShmOfferRequest&) {}
+template <typename Io>
+void fields(Io& io, ShmOfferResponse& m) {
+  io.str(m.socket_name, kMaxNameBytes, "socket_name");
+  io.str(m.host_id, kMaxNameBytes, "host_id");
+  io.key(m.nonce, "nonce");
+  io.u64(m.max_area_bytes, "max_area_bytes");
+}
+template <typename Io>
+void fields(Io& io, ShmPutRequest& m) {
+  io.u16(m.ns, "ns");
+  io.key(m.key, "key");
+  io.u64(m.offset, "offset");
+  io.u32(m.length, "length");
+}
+template <typename Io>
+void fields(Io& io, ShmPutResponse& m) {
+  put_outcome(io, m.result);
+}
+template <typename Io>
+void fields(Io& io, ShmGetRequest& m) {
+  io.u16(m.ns, "ns");
+  io.key(m.key, "key");
+  io.u64(m.offset, "offset");
+  io.u32(m.buffer_bytes, "buffer_bytes");
+}
+template <typename Io>
+void fields(Io& io, ShmGetResponse& m) {
+  get_outcome(io, m.result);
+}
+template <typename Io>
 void fields(Io& io, StatsResponse& m) {
   io.items(m.counters, kMaxStatsCounters, 2 + 8, "counters", [&](StatCounter& c) {
     io.str(c.name, kMaxNameBytes, "counter.name");
@@ -518,6 +549,11 @@ Status check(const BatchPutRequest& m) { return check_data_bytes(m.data_bytes(),
 Status check(const BatchGetResponse& m) {
   for (const GetOutcome& o : m.results) KVTIER_RETURN_IF_ERROR(check_get_outcome(o));
   return check_data_bytes(m.data_bytes(), "hit lengths");
+}
+Status check(const ShmPutRequest& m) { return check_data_bytes(m.length, "shm put length"); }
+Status check(const ShmGetResponse& m) {
+  KVTIER_RETURN_IF_ERROR(check_get_outcome(m.result));
+  return check_data_bytes(m.result.length, "shm get length");
 }
 Status check(const StatsResponse& m) { return check_data_bytes(m.json_bytes, "json_bytes"); }
 
@@ -628,7 +664,7 @@ bool is_known_message_type(uint16_t type) {
   uint16_t base = type & 0x7FFFu;
   if (type == static_cast<uint16_t>(MessageType::kErrorResponse)) return true;
   return base >= static_cast<uint16_t>(MessageType::kHelloRequest) &&
-         base <= static_cast<uint16_t>(MessageType::kStatsRequest);
+         base <= static_cast<uint16_t>(MessageType::kShmGetRequest);
 }
 
 bool message_type_carries_data(MessageType t) {
@@ -690,6 +726,18 @@ const char* message_type_name(MessageType t) {
       return "UnpinResponse";
     case MessageType::kStatsResponse:
       return "StatsResponse";
+    case MessageType::kShmOfferRequest:
+      return "ShmOfferRequest";
+    case MessageType::kShmOfferResponse:
+      return "ShmOfferResponse";
+    case MessageType::kShmPutRequest:
+      return "ShmPutRequest";
+    case MessageType::kShmPutResponse:
+      return "ShmPutResponse";
+    case MessageType::kShmGetRequest:
+      return "ShmGetRequest";
+    case MessageType::kShmGetResponse:
+      return "ShmGetResponse";
     case MessageType::kErrorResponse:
       return "ErrorResponse";
   }
@@ -845,6 +893,12 @@ KVTIER_NET_DEFINE_CODEC(UnpinRequest)
 KVTIER_NET_DEFINE_CODEC(UnpinResponse)
 KVTIER_NET_DEFINE_CODEC(StatsRequest)
 KVTIER_NET_DEFINE_CODEC(StatsResponse)
+KVTIER_NET_DEFINE_CODEC(ShmOfferRequest)
+KVTIER_NET_DEFINE_CODEC(ShmOfferResponse)
+KVTIER_NET_DEFINE_CODEC(ShmPutRequest)
+KVTIER_NET_DEFINE_CODEC(ShmPutResponse)
+KVTIER_NET_DEFINE_CODEC(ShmGetRequest)
+KVTIER_NET_DEFINE_CODEC(ShmGetResponse)
 KVTIER_NET_DEFINE_CODEC(ErrorResponse)
 #undef KVTIER_NET_DEFINE_CODEC
 
@@ -978,6 +1032,12 @@ Result<Message> decode_message(const FrameHeader& h, ByteView descriptor) {
     KVTIER_NET_CASE(UnpinResponse)
     KVTIER_NET_CASE(StatsRequest)
     KVTIER_NET_CASE(StatsResponse)
+    KVTIER_NET_CASE(ShmOfferRequest)
+    KVTIER_NET_CASE(ShmOfferResponse)
+    KVTIER_NET_CASE(ShmPutRequest)
+    KVTIER_NET_CASE(ShmPutResponse)
+    KVTIER_NET_CASE(ShmGetRequest)
+    KVTIER_NET_CASE(ShmGetResponse)
     KVTIER_NET_CASE(ErrorResponse)
 #undef KVTIER_NET_CASE
     default:

@@ -115,6 +115,9 @@ enum class MessageType : uint16_t {
   kPinRequest = 0x0009,
   kUnpinRequest = 0x000A,
   kStatsRequest = 0x000B,
+  kShmOfferRequest = 0x000C,
+  kShmPutRequest = 0x000D,
+  kShmGetRequest = 0x000E,
   kHelloResponse = 0x8001,
   kRegisterNamespaceResponse = 0x8002,
   kPutResponse = 0x8003,
@@ -126,6 +129,9 @@ enum class MessageType : uint16_t {
   kPinResponse = 0x8009,
   kUnpinResponse = 0x800A,
   kStatsResponse = 0x800B,
+  kShmOfferResponse = 0x800C,
+  kShmPutResponse = 0x800D,
+  kShmGetResponse = 0x800E,
   kErrorResponse = 0xFFFF,
 };
 
@@ -393,6 +399,53 @@ struct StatsResponse {
   KVTIER_NET_MESSAGE(StatsResponse) = default;
 };
 
+// ---- Same-host shared-memory path (docs/protocol-store.md, "Shared-memory path") ----
+//
+// A client on the server's host asks for an offer; the server answers with an
+// abstract Unix socket name, its host's boot id and a one-time nonce. The
+// client (same boot id) passes a sealed memfd with the nonce over that socket
+// (net/shm_area.h); from then on ShmPut and ShmGet on this connection name a
+// byte range of that area instead of carrying a data section. A server with
+// the path disabled answers the offer with an Error (kUnavailable).
+struct ShmOfferRequest {
+  uint64_t data_bytes() const { return 0; }
+  KVTIER_NET_MESSAGE(ShmOfferRequest) = default;
+};
+struct ShmOfferResponse {
+  std::string socket_name;      // abstract Unix socket, <= kMaxNameBytes
+  std::string host_id;          // the server's boot id, <= kMaxNameBytes
+  kv::Key128 nonce;             // names this connection on the Unix socket
+  uint64_t max_area_bytes = 0;  // the largest area the server maps
+  uint64_t data_bytes() const { return 0; }
+  KVTIER_NET_MESSAGE(ShmOfferResponse) = default;
+};
+struct ShmPutRequest {
+  uint16_t ns = 0;
+  kv::Key128 key;
+  uint64_t offset = 0;  // the object is area[offset, offset + length)
+  uint32_t length = 0;
+  uint64_t data_bytes() const { return 0; }
+  KVTIER_NET_MESSAGE(ShmPutRequest) = default;
+};
+struct ShmPutResponse {
+  PutOutcome result;
+  uint64_t data_bytes() const { return 0; }
+  KVTIER_NET_MESSAGE(ShmPutResponse) = default;
+};
+struct ShmGetRequest {
+  uint16_t ns = 0;
+  kv::Key128 key;
+  uint64_t offset = 0;        // the hit's bytes go to area[offset, ...)
+  uint32_t buffer_bytes = 0;  // room there; a larger object is an error
+  uint64_t data_bytes() const { return 0; }
+  KVTIER_NET_MESSAGE(ShmGetRequest) = default;
+};
+struct ShmGetResponse {
+  GetOutcome result;  // result.length bytes were written into the area
+  uint64_t data_bytes() const { return 0; }
+  KVTIER_NET_MESSAGE(ShmGetResponse) = default;
+};
+
 // A request that could not be served (bad namespace handle, buffer too
 // small, not authenticated, ...). Misses are not errors.
 struct ErrorResponse {
@@ -412,7 +465,9 @@ using Message =
                  PutRequest, PutResponse, GetRequest, GetResponse, BatchPutRequest,
                  BatchPutResponse, BatchGetRequest, BatchGetResponse, MatchPrefixRequest,
                  MatchPrefixResponse, RemoveRequest, RemoveResponse, PinRequest, PinResponse,
-                 UnpinRequest, UnpinResponse, StatsRequest, StatsResponse, ErrorResponse>;
+                 UnpinRequest, UnpinResponse, StatsRequest, StatsResponse, ShmOfferRequest,
+                 ShmOfferResponse, ShmPutRequest, ShmPutResponse, ShmGetRequest, ShmGetResponse,
+                 ErrorResponse>;
 
 MessageType message_type_of(const Message& m);
 

@@ -481,7 +481,7 @@ TEST(ProtocolMalformed, UnknownFlags) {
 }
 
 TEST(ProtocolMalformed, UnknownType) {
-  for (uint16_t type : {0x0000, 0x000C, 0x0042, 0x8000, 0x800C, 0x7FFF, 0xFFFE}) {
+  for (uint16_t type : {0x0000, 0x000F, 0x0042, 0x8000, 0x800F, 0x7FFF, 0xFFFE}) {
     RawFrame f = raw_get();
     f.type = type;
     EXPECT_EQ(err(header_only(f)), ProtocolError::kUnknownType) << type;

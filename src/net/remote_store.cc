@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -14,6 +15,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "net/shm_area.h"
 #include "net/store_server.h"  // FrameStreamReader
 
 namespace kvtier::net {
@@ -169,7 +171,7 @@ enum class CallError { kNone, kUnavailable, kTimeout, kBroken };
 struct RemoteStoreShared {
   RemoteStoreOptions opts;
   std::atomic<uint64_t> calls{0}, unavailable{0}, timeouts{0}, broken{0}, sessions{0},
-      connect_failures{0};
+      connect_failures{0}, shm_sessions{0}, shm_calls{0}, shm_retired{0}, shm_up{0};
   mutable std::mutex mu;  // guards the fields below
   std::condition_variable up_cv;
   Status last_error = Status::unavailable("not connected yet");
@@ -197,6 +199,40 @@ struct RemoteStoreShared {
 };
 
 namespace {
+
+// The shared-memory area of one session of one connection, cut into equal
+// slots. A slot belongs to one call from acquire() until release(); a call
+// that failed without a response may still have the server writing into its
+// slot, so that slot is retired instead (never handed out again). A new
+// session gets a new area, so the old server side can never touch the bytes
+// of later calls. Thread-safety: any thread.
+class ClientShm {
+ public:
+  ClientShm(std::shared_ptr<ShmArea> area, size_t slot_bytes, size_t slots)
+      : area_(std::move(area)), slot_bytes_(slot_bytes) {
+    for (size_t i = slots; i > 0; --i) free_.push_back(static_cast<uint32_t>(i - 1));
+  }
+  size_t slot_bytes() const { return slot_bytes_; }
+  std::optional<uint32_t> acquire() {
+    std::lock_guard lk(mu_);
+    if (free_.empty()) return std::nullopt;
+    uint32_t s = free_.back();
+    free_.pop_back();
+    return s;
+  }
+  void release(uint32_t slot) {
+    std::lock_guard lk(mu_);
+    free_.push_back(slot);
+  }
+  uint64_t offset(uint32_t slot) const { return uint64_t{slot} * slot_bytes_; }
+  std::byte* slot_data(uint32_t slot) const { return area_->data() + offset(slot); }
+
+ private:
+  std::shared_ptr<ShmArea> area_;
+  size_t slot_bytes_;
+  std::mutex mu_;
+  std::vector<uint32_t> free_;
+};
 
 // One pooled connection: a coroutine on its strand connects, says Hello,
 // reads responses until the connection breaks, and starts over with backoff.
@@ -240,6 +276,12 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
     return version_;
   }
   uint64_t reserve_id() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
+  // The shared-memory area of session `gen` (null: none, or another session).
+  std::shared_ptr<ClientShm> shm_session(uint64_t gen) const {
+    std::lock_guard lk(mu_);
+    if (gen != gen_ || !up_) return nullptr;
+    return shm_;
+  }
 
   std::optional<uint16_t> server_ns(uint16_t client_ns, uint64_t gen) const {
     std::lock_guard lk(mu_);
@@ -452,6 +494,12 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
           fmt::format("server chose protocol version {}", resp->version));
     }
     reader_->reset(FrameLimits{}, resp->version);
+    std::shared_ptr<ClientShm> shm;
+    if (o.shared_memory) {
+      auto attached = co_await attach_shm(resp->version, resp->limits);
+      if (!attached.ok()) co_return attached.status();
+      shm = std::move(*attached);
+    }
     {
       std::lock_guard lk(mu_);
       if (closing_) co_return Status::unavailable("client closing");
@@ -460,9 +508,65 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
       silent_timeouts_ = 0;
       version_ = resp->version;
       ns_map_.clear();
+      shm_ = shm;
+    }
+    if (shm) {
+      shared_.shm_sessions.fetch_add(1, std::memory_order_relaxed);
+      shared_.shm_up.fetch_add(1, std::memory_order_relaxed);
     }
     shared_.session_up(resp->limits);
     co_return Status::ok_status();
+  }
+
+  // Asks for the shared-memory path right after Hello. A server that
+  // declines, or one on another host, leaves the session on TCP (null); only
+  // a broken connection is an error.
+  asio::awaitable<Result<std::shared_ptr<ClientShm>>> attach_shm(uint16_t version,
+                                                                 const ServerLimits& limits) {
+    const auto& o = shared_.opts;
+    std::shared_ptr<ClientShm> none;
+    std::error_code ec;
+    auto frame = encode_message_frame(ShmOfferRequest{}, reserve_id(), {}, version);
+    if (!frame.ok()) co_return frame.status();
+    co_await asio::async_write(sock_, asio::buffer(*frame),
+                               asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) co_return Status::unavailable("sending ShmOffer: " + ec.message());
+    Status st = co_await reader_->read_head(sock_, ec);
+    if (st.ok() && reader_->decoder().state() == FrameDecoder::State::kData) {
+      st = co_await reader_->read_data(sock_, ec);
+    }
+    if (ec) co_return Status::unavailable("waiting for the ShmOffer answer: " + ec.message());
+    if (!st.ok()) co_return st;
+    Frame f = reader_->decoder().take_frame();
+    if (f.header.type == MessageType::kErrorResponse) {
+      spdlog::debug("store client: connection {}: server declined shared memory", index_);
+      co_return none;
+    }
+    auto offer = decode_message_as<ShmOfferResponse>(f.header, f.descriptor);
+    if (!offer.ok()) co_return offer.status();
+    const std::string here = host_boot_id();
+    if (here.empty() || offer->host_id != here) co_return none;  // another host: TCP
+    // Slots hold the largest object, page-aligned; as many as the server maps.
+    const size_t slot =
+        std::max<size_t>(4096, (size_t{limits.max_object_bytes} + 4095) & ~size_t{4095});
+    size_t slots = std::max<unsigned>(1, o.shm_slots);
+    if (offer->max_area_bytes < slot) co_return none;
+    slots = std::min<size_t>(slots, offer->max_area_bytes / slot);
+    auto area = ShmArea::create(slot * slots);
+    if (!area.ok()) {
+      spdlog::warn("store client: shared memory unavailable: {}", area.status().message());
+      co_return none;
+    }
+    // Blocking, but on a local socket the server answers at once, and every
+    // step is bounded by the connect timeout.
+    Status sent = shm_attach_send(offer->socket_name, {offer->nonce, slot * slots}, (*area)->fd(),
+                                  o.connect_timeout_ms);
+    if (!sent.ok()) {
+      spdlog::info("store client: connection {}: shared memory not attached ({}); using TCP",
+                   index_, sent.message());
+      co_return none;
+    }
+    co_return std::make_shared<ClientShm>(std::move(*area), slot, slots);
   }
 
   // Where the data section of a response for `c` goes: the caller's buffers.
@@ -596,6 +700,8 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
       std::lock_guard lk(mu_);
       was_up = up_;
       up_ = false;
+      if (shm_) shared_.shm_up.fetch_sub(1, std::memory_order_relaxed);
+      shm_.reset();  // calls still holding it keep the mapping alive
       for (auto& [id, c] : pending_) {
         c->failure = why;
         c->done = true;
@@ -631,8 +737,9 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
   std::unordered_map<uint64_t, std::shared_ptr<Call>> pending_;
   std::deque<std::shared_ptr<Call>> queue_;
   bool writer_active_ = false;
-  std::vector<int32_t> ns_map_;   // client handle -> server handle (-1: not yet)
-  uint32_t silent_timeouts_ = 0;  // calls timed out since the last frame arrived
+  std::vector<int32_t> ns_map_;     // client handle -> server handle (-1: not yet)
+  std::shared_ptr<ClientShm> shm_;  // this session's shared-memory area, if any
+  uint32_t silent_timeouts_ = 0;    // calls timed out since the last frame arrived
   static constexpr uint32_t kResetAfterSilentTimeouts = 2;
 };
 
@@ -870,6 +977,68 @@ struct RemoteStore::Impl {
     return r.call;
   }
 
+  // ---- shared-memory path ----
+  //
+  // A put or get through `t`'s session area, or nullopt when that session
+  // has none, no slot is free or the object does not fit a slot (the caller
+  // then uses TCP). The slot is released once the response is in; a call
+  // that failed without one retires its slot (the server may still write it).
+
+  std::optional<Result<kv::PutResult>> shm_put(const Target& t, const kv::Key128& key,
+                                               ByteView data, Clock::time_point dl) {
+    auto shm = t.conn->shm_session(t.gen);
+    if (!shm || data.size() > shm->slot_bytes()) return std::nullopt;
+    auto slot = shm->acquire();
+    if (!slot) return std::nullopt;
+    std::memcpy(shm->slot_data(*slot), data.data(), data.size());
+    Reply r = exchange(
+        t, ShmPutRequest{t.server_ns, key, shm->offset(*slot), static_cast<uint32_t>(data.size())},
+        {}, {}, MessageType::kShmPutResponse, dl);
+    if (r.error != CallError::kNone) {
+      shared.shm_retired.fetch_add(1, std::memory_order_relaxed);
+      return Result<kv::PutResult>(refused());
+    }
+    shm->release(*slot);
+    if (!r.status.ok()) return Result<kv::PutResult>(r.status);
+    shared.shm_calls.fetch_add(1, std::memory_order_relaxed);
+    auto resp = ShmPutResponse::decode(r.call->descriptor);
+    if (!resp.ok()) return Result<kv::PutResult>(refused());
+    return Result<kv::PutResult>(resp->result.to_result());
+  }
+
+  std::optional<Result<kv::GetResult>> shm_get(const Target& t, const kv::Key128& key,
+                                               MutableByteView out, Clock::time_point dl) {
+    auto shm = t.conn->shm_session(t.gen);
+    if (!shm) return std::nullopt;
+    auto slot = shm->acquire();
+    if (!slot) return std::nullopt;
+    // The slot holds the largest object the server takes, so it is all the
+    // room a caller's buffer could need.
+    const auto room = static_cast<uint32_t>(std::min(out.size(), shm->slot_bytes()));
+    Reply r = exchange(t, ShmGetRequest{t.server_ns, key, shm->offset(*slot), room}, {}, {},
+                       MessageType::kShmGetResponse, dl);
+    kv::GetResult miss;
+    if (r.error != CallError::kNone) {
+      shared.shm_retired.fetch_add(1, std::memory_order_relaxed);
+      miss.miss = miss_of(r.error);
+      return Result<kv::GetResult>(miss);
+    }
+    if (!r.status.ok()) {
+      shm->release(*slot);
+      return Result<kv::GetResult>(r.status);
+    }
+    auto resp = ShmGetResponse::decode(r.call->descriptor);
+    miss.miss = kv::MissReason::kIoError;
+    if (!resp.ok() || resp->result.length > room) {
+      shm->release(*slot);
+      return Result<kv::GetResult>(miss);  // the server broke the protocol: never wrong bytes
+    }
+    if (resp->result.hit) std::memcpy(out.data(), shm->slot_data(*slot), resp->result.length);
+    shm->release(*slot);
+    shared.shm_calls.fetch_add(1, std::memory_order_relaxed);
+    return Result<kv::GetResult>(resp->result.to_result());
+  }
+
   static kv::MissReason miss_of(CallError e) {
     return e == CallError::kTimeout ? kv::MissReason::kTimeout : kv::MissReason::kIoError;
   }
@@ -937,6 +1106,8 @@ Status RemoteStore::last_error() const {
 
 ServerLimits RemoteStore::server_limits() const { return impl_->shared.server_limits(); }
 
+bool RemoteStore::shared_memory_active() const { return impl_->shared.shm_up.load() > 0; }
+
 RemoteStoreClientStats RemoteStore::client_stats() const {
   const auto& s = impl_->shared;
   RemoteStoreClientStats r;
@@ -946,6 +1117,9 @@ RemoteStoreClientStats RemoteStore::client_stats() const {
   r.broken = s.broken.load();
   r.sessions = s.sessions.load();
   r.connect_failures = s.connect_failures.load();
+  r.shm_sessions = s.shm_sessions.load();
+  r.shm_calls = s.shm_calls.load();
+  r.shm_retired_slots = s.shm_retired.load();
   return r;
 }
 
@@ -1001,12 +1175,14 @@ Result<kv::PutResult> RemoteStore::put(uint16_t ns, const kv::Key128& key, ByteV
     return Status::invalid_argument(
         fmt::format("object of {} bytes exceeds the protocol's {}", data.size(), kMaxDataBytes));
   }
-  auto r = impl_->request(
-      ns,
-      [&](uint16_t sns) {
-        return Message(PutRequest{sns, key, static_cast<uint32_t>(data.size())});
-      },
-      std::span<const ByteView>(&data, 1), {}, MessageType::kPutResponse);
+  Clock::time_point dl = impl_->deadline();
+  Impl::Target t;
+  Impl::Reply r = impl_->target(ns, dl, &t);
+  if (!r.status.ok()) return r.status;
+  if (r.error != CallError::kNone) return Impl::refused();
+  if (auto via_shm = impl_->shm_put(t, key, data, dl)) return std::move(*via_shm);
+  r = impl_->exchange(t, PutRequest{t.server_ns, key, static_cast<uint32_t>(data.size())},
+                      std::span<const ByteView>(&data, 1), {}, MessageType::kPutResponse, dl);
   if (!r.status.ok()) return r.status;
   if (r.error != CallError::kNone) return Impl::refused();
   auto resp = PutResponse::decode(r.call->descriptor);
@@ -1022,14 +1198,17 @@ Result<kv::GetResult> RemoteStore::get(uint16_t ns, const kv::Key128& key, Mutab
   // announced as that limit.
   const uint32_t announce = static_cast<uint32_t>(std::min<size_t>(out.size(), kMaxDataBytes));
   MutableByteView dst = out.first(announce);
-  auto r = impl_->request(
-      ns,
-      [&](uint16_t sns) {
-        return Message(GetRequest{sns, key, announce});
-      },
-      {}, std::span<const MutableByteView>(&dst, 1), MessageType::kGetResponse);
+  Clock::time_point dl = impl_->deadline();
+  Impl::Target t;
+  Impl::Reply r = impl_->target(ns, dl, &t);
   if (!r.status.ok()) return r.status;
   kv::GetResult miss;
+  miss.miss = Impl::miss_of(r.error);
+  if (r.error != CallError::kNone) return miss;
+  if (auto via_shm = impl_->shm_get(t, key, out, dl)) return std::move(*via_shm);
+  r = impl_->exchange(t, GetRequest{t.server_ns, key, announce}, {},
+                      std::span<const MutableByteView>(&dst, 1), MessageType::kGetResponse, dl);
+  if (!r.status.ok()) return r.status;
   miss.miss = Impl::miss_of(r.error);
   if (r.error != CallError::kNone) return miss;
   auto resp = GetResponse::decode(r.call->descriptor);

@@ -50,6 +50,14 @@ struct RemoteStoreOptions {
   uint32_t connect_timeout_ms = 1000;
   uint32_t reconnect_min_ms = 20;
   uint32_t reconnect_max_ms = 1000;
+  // Same-host fast path (docs/store-service.md, "Shared memory"): when the
+  // server offers it and runs on this host (same boot id, reachable abstract
+  // Unix socket), each connection passes the server a sealed memfd area of
+  // `shm_slots` slots of the server's max_object_bytes, and put/get move
+  // block bytes through it instead of TCP. Anything that fails falls back to
+  // TCP; false turns the path off.
+  bool shared_memory = true;
+  unsigned shm_slots = 8;
 };
 
 // What the client itself saw (the server's view is stats()).
@@ -60,6 +68,9 @@ struct RemoteStoreClientStats {
   uint64_t broken = 0;       // calls failed by a connection that broke under them
   uint64_t sessions = 0;     // successful connects (the first ones included)
   uint64_t connect_failures = 0;
+  uint64_t shm_sessions = 0;       // sessions that attached a shared-memory area
+  uint64_t shm_calls = 0;          // puts and gets served through shared memory
+  uint64_t shm_retired_slots = 0;  // slots never reused: a call on them failed mid-way
 };
 
 class RemoteStore {
@@ -78,6 +89,8 @@ class RemoteStore {
   Status last_error() const;
   // The limits the server announced (hard limits before the first Hello).
   ServerLimits server_limits() const;
+  // Whether at least one connection's session has a shared-memory area.
+  bool shared_memory_active() const;
   RemoteStoreClientStats client_stats() const;
 
   // Validates `ns` and returns a handle for the calls below. When the server

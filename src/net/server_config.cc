@@ -349,6 +349,9 @@ Result<ServerConfig> parse_server_config(std::string_view json_text) {
   KVTIER_RETURN_IF_ERROR(f.get_uint_as("max_match_keys", 1, kMaxMatchKeys, &c.max_match_keys));
   KVTIER_RETURN_IF_ERROR(f.get_uint_as("hello_timeout_ms", 1, 3600000, &c.hello_timeout_ms));
   KVTIER_RETURN_IF_ERROR(f.get_string("server_name", kMaxNameBytes, &c.server_name));
+  KVTIER_RETURN_IF_ERROR(f.get_bool("shm_enabled", &c.shm_enabled));
+  KVTIER_RETURN_IF_ERROR(
+      f.get_size("shm_max_area_bytes", 1ull << 20, 1ull << 40, &c.shm_max_area_bytes));
   if (const json* v = f.find("store")) {
     KVTIER_RETURN_IF_ERROR(require_object(v, "store"));
     KVTIER_RETURN_IF_ERROR(parse_store(*v, &c.store));

@@ -56,6 +56,10 @@ struct ServerConfig {
   uint32_t max_match_keys = 65536;
   uint32_t hello_timeout_ms = 5000;  // a connection must say Hello within this
   std::string server_name = "kvtier";
+  // Same-host shared-memory path (docs/store-service.md): offered to clients
+  // that ask; each client's area is mapped only up to this size.
+  bool shm_enabled = true;
+  uint64_t shm_max_area_bytes = 256ull << 20;
 
   StoreConfig store;
 

@@ -1,9 +1,12 @@
 #include "net/store_server.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <poll.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <condition_variable>
 #include <map>
@@ -16,6 +19,7 @@
 #include "common/clock.h"
 #include "net/http_endpoint.h"
 #include "net/remote_store.h"
+#include "net/shm_area.h"
 
 namespace kvtier::net {
 
@@ -202,14 +206,20 @@ const char* op_label(MessageType t) {
       return "unpin";
     case MessageType::kStatsRequest:
       return "stats";
+    case MessageType::kShmOfferRequest:
+      return "shm_offer";
+    case MessageType::kShmPutRequest:
+      return "shm_put";
+    case MessageType::kShmGetRequest:
+      return "shm_get";
     default:
       return "other";
   }
 }
-constexpr size_t kOps = 12;  // request type codes 1..11, 0 = other
+constexpr size_t kOps = 15;  // request type codes 1..14, 0 = other
 size_t op_index(MessageType t) {
   auto v = static_cast<uint16_t>(t);
-  return v >= 1 && v <= 11 ? v : 0;
+  return v >= 1 && v < kOps ? v : 0;
 }
 
 // Names from clients go to the log; keep them printable.
@@ -233,7 +243,13 @@ struct ServerMetrics {
         bytes_in(r.counter("kvtier_server_bytes_received_total", "Bytes read from clients")),
         bytes_out(r.counter("kvtier_server_bytes_sent_total", "Bytes written to clients")),
         frames_in(r.counter("kvtier_server_frames_received_total", "Complete frames received")),
-        frames_out(r.counter("kvtier_server_frames_sent_total", "Frames sent")) {
+        frames_out(r.counter("kvtier_server_frames_sent_total", "Frames sent")),
+        shm_bytes(r.counter("kvtier_server_shm_bytes_total",
+                            "Block bytes moved through clients' shared-memory areas")),
+        shm_attached(r.counter("kvtier_server_shm_attached_total",
+                               "Shared-memory areas mapped for clients")),
+        shm_refused(r.counter("kvtier_server_shm_refused_total",
+                              "Shared-memory areas refused (bad nonce, size or seals)")) {
     for (const char* reason :
          {"max_connections", "auth", "version", "no_hello", "hello_timeout", "stopping"}) {
       refused[reason] = &r.counter("kvtier_server_connections_refused_total",
@@ -263,7 +279,7 @@ struct ServerMetrics {
   }
   Counter& connections;
   Gauge& active;
-  Counter &bytes_in, &bytes_out, &frames_in, &frames_out;
+  Counter &bytes_in, &bytes_out, &frames_in, &frames_out, &shm_bytes, &shm_attached, &shm_refused;
   std::map<std::string, Counter*> refused;
   std::array<Counter*, static_cast<size_t>(ProtocolError::kCount)> malformed{};
   std::array<Counter*, static_cast<size_t>(StatusCode::kInternal) + 1> error_responses{};
@@ -289,6 +305,17 @@ struct ServerConnection {
   std::vector<std::byte> out;              // header + descriptor of the response
   std::vector<asio::const_buffer> gather;
   uint64_t bytes_in_counted = 0;
+  // The shared-memory path: the nonce this connection was offered, and the
+  // client's area once the Unix socket handed it over. `shm` is set by the
+  // attach thread and read on the strand: guarded by shm_mu.
+  std::optional<kv::Key128> shm_nonce;
+  std::mutex shm_mu;
+  std::shared_ptr<ShmArea> shm;
+
+  std::shared_ptr<ShmArea> shm_area() {
+    std::lock_guard lk(shm_mu);
+    return shm;
+  }
 
   MutableByteView data_buffer(size_t n) {
     buf_used = n;
@@ -307,6 +334,16 @@ struct ServerConnection {
 };
 
 struct StoreServer::Impl {
+  ~Impl() {
+    if (shm_thread.joinable()) {
+      char b = 1;
+      [[maybe_unused]] ssize_t n = ::write(shm_stop_pipe[1], &b, 1);
+      shm_thread.join();
+    }
+    for (int fd : shm_stop_pipe) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
   ServerConfig cfg;
   std::unique_ptr<kv::Store> store;
   ServerLimits limits;
@@ -330,6 +367,13 @@ struct StoreServer::Impl {
   std::optional<asio::thread_pool> pool;
   std::vector<std::thread> threads;
   std::unique_ptr<HttpEndpoint> http;
+  // Shared-memory attach: the abstract Unix socket, its thread, and the
+  // connections waiting for their area, by nonce (guarded by mu).
+  std::unique_ptr<ShmListener> shm_listener;
+  std::thread shm_thread;
+  int shm_stop_pipe[2] = {-1, -1};
+  std::string host_id;
+  std::unordered_map<kv::Key128, std::weak_ptr<ServerConnection>, kv::Key128Hash> shm_waiting;
   std::string bound_address;
   uint16_t bound_port = 0;
 
@@ -650,6 +694,67 @@ struct StoreServer::Impl {
         ByteView part(reinterpret_cast<const std::byte*>(json.data()), json.size());
         co_return co_await send(c, resp, rid, std::span<const ByteView>(&part, 1));
       }
+      case MessageType::kShmOfferRequest: {
+        if (!shm_listener) {
+          co_return co_await send_error(
+              c, rid, Status::unavailable("the shared-memory path is disabled on this server"));
+        }
+        auto nonce = random_nonce();
+        if (!nonce.ok()) co_return co_await send_error(c, rid, nonce.status());
+        {
+          std::lock_guard lk(mu);
+          if (c.shm_nonce) shm_waiting.erase(*c.shm_nonce);
+          c.shm_nonce = *nonce;
+          if (auto it = conns.find(c.id); it != conns.end()) shm_waiting[*nonce] = it->second;
+        }
+        ShmOfferResponse resp;
+        resp.socket_name = shm_listener->name();
+        resp.host_id = host_id;
+        resp.nonce = *nonce;
+        resp.max_area_bytes = cfg.shm_max_area_bytes;
+        co_return co_await send(c, resp, rid);
+      }
+      case MessageType::kShmPutRequest: {
+        auto& req = std::get<ShmPutRequest>(*msg);
+        if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
+        auto area = c.shm_area();
+        if (!area) {
+          co_return co_await send_error(
+              c, rid, Status::failed_precondition("no shared-memory area attached"));
+        }
+        auto range = area->range(req.offset, req.length);
+        if (!range) {
+          co_return co_await send_error(
+              c, rid, Status::invalid_argument("ShmPut range outside the shared-memory area"));
+        }
+        ByteView in = *range;
+        // `area` stays alive (mapped) until the store has copied the bytes.
+        auto r = co_await run_in_pool(*pool, [&s, &req, in] { return s.put(req.ns, req.key, in); });
+        if (!r.ok()) co_return co_await send_error(c, rid, r.status());
+        m->shm_bytes.add(req.length);
+        co_return co_await send(c, ShmPutResponse{PutOutcome::from(*r)}, rid);
+      }
+      case MessageType::kShmGetRequest: {
+        auto& req = std::get<ShmGetRequest>(*msg);
+        if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
+        auto area = c.shm_area();
+        if (!area) {
+          co_return co_await send_error(
+              c, rid, Status::failed_precondition("no shared-memory area attached"));
+        }
+        auto range =
+            area->range(req.offset, std::min<uint32_t>(req.buffer_bytes, limits.max_object_bytes));
+        if (!range || range->empty()) {
+          co_return co_await send_error(
+              c, rid, Status::invalid_argument("ShmGet range outside the shared-memory area"));
+        }
+        MutableByteView out = *range;
+        auto r =
+            co_await run_in_pool(*pool, [&s, &req, out] { return s.get(req.ns, req.key, out); });
+        if (!r.ok()) co_return co_await send_error(c, rid, r.status());
+        if (r->hit) m->shm_bytes.add(r->length);
+        co_return co_await send(c, ShmGetResponse{GetOutcome::from(*r)}, rid);
+      }
       case MessageType::kHelloRequest:
         co_return co_await send_error(
             c, rid, Status::failed_precondition("Hello was already done on this connection"));
@@ -800,11 +905,63 @@ struct StoreServer::Impl {
   void finish(ServerConnection& c, bool refused) {
     std::lock_guard lk(mu);
     conns.erase(c.id);
+    if (c.shm_nonce) shm_waiting.erase(*c.shm_nonce);
     if (!refused) {
       --active;
       m->active.set(static_cast<int64_t>(active));
     }
     cv.notify_all();
+  }
+
+  // The attach thread: accepts on the abstract Unix socket, maps each area
+  // received and hands it to the connection its nonce names. Bounded: a
+  // client that connects and sends nothing is dropped after 1 s.
+  void shm_attach_loop() {
+    for (;;) {
+      pollfd fds[2] = {{shm_listener->fd(), POLLIN, 0}, {shm_stop_pipe[0], POLLIN, 0}};
+      if (::poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        return;
+      }
+      if (fds[1].revents != 0) return;
+      if ((fds[0].revents & POLLIN) == 0) continue;
+      auto got = shm_listener->accept_one(1000);
+      if (!got.ok()) {
+        m->shm_refused.add();
+        spdlog::warn("store server: shared-memory attach refused: {}", got.status().message());
+        continue;
+      }
+      std::shared_ptr<ServerConnection> conn;
+      {
+        std::lock_guard lk(mu);
+        auto it = shm_waiting.find(got->msg.nonce);
+        if (it != shm_waiting.end()) {
+          conn = it->second.lock();
+          shm_waiting.erase(it);  // a nonce is good for one attach
+        }
+      }
+      if (!conn) {
+        ::close(got->fd);
+        shm_attach_answer(got->conn, false);
+        m->shm_refused.add();
+        spdlog::warn("store server: shared-memory attach with an unknown nonce refused");
+        continue;
+      }
+      auto area = ShmArea::map_received(got->fd, got->msg.area_bytes, cfg.shm_max_area_bytes);
+      if (!area.ok()) {
+        shm_attach_answer(got->conn, false);
+        m->shm_refused.add();
+        spdlog::warn("store server: {}: shared-memory area refused: {}", conn->peer,
+                     area.status().message());
+        continue;
+      }
+      {
+        std::lock_guard lk(conn->shm_mu);
+        conn->shm = std::move(*area);
+      }
+      m->shm_attached.add();
+      shm_attach_answer(got->conn, true);
+    }
   }
 
   asio::awaitable<void> listen() {
@@ -870,6 +1027,11 @@ struct StoreServer::Impl {
       for (auto& [id, c] : conns) to_close.push_back(c);
     }
     http.reset();
+    if (shm_thread.joinable()) {
+      char b = 1;
+      [[maybe_unused]] ssize_t n = ::write(shm_stop_pipe[1], &b, 1);
+      shm_thread.join();
+    }
     asio::post(acceptor.get_executor(), [this] {
       std::error_code ec;
       acceptor.close(ec);
@@ -981,6 +1143,23 @@ Result<std::unique_ptr<StoreServer>> StoreServer::start(const ServerConfig& conf
     if (!http.ok())
       return Status(http.status().code(), "metrics endpoint: " + http.status().message());
     I.http = std::move(*http);
+  }
+
+  if (config.shm_enabled) {
+    // The name is random so that several servers on one host never collide;
+    // clients learn it from the ShmOffer response only.
+    auto tag = random_nonce();
+    if (!tag.ok()) return tag.status();
+    auto l = ShmListener::listen(fmt::format("kvtier-store-{}-{}", getpid(), tag->to_hex()));
+    if (!l.ok()) {
+      spdlog::warn("store server: shared-memory path off: {}", l.status().message());
+    } else if (::pipe2(I.shm_stop_pipe, O_CLOEXEC) != 0) {
+      spdlog::warn("store server: shared-memory path off: pipe failed");
+    } else {
+      I.shm_listener = std::move(*l);
+      I.host_id = host_boot_id();
+      I.shm_thread = std::thread([&I] { I.shm_attach_loop(); });
+    }
   }
 
   I.pool.emplace(config.store_threads);

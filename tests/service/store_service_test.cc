@@ -501,6 +501,70 @@ TEST(StoreService, GracefulStopAndRestartKeepsEveryBlock) {
   EXPECT_EQ(server.terminate(), 0);
 }
 
+// The same-host shared-memory path against a real server process: block
+// bytes go through the client's memfd area (checked byte for byte); the
+// server is SIGKILLed while callers stream, which gives misses and refusals,
+// never errors or wrong bytes; after a restart the path comes back.
+TEST(StoreService, SharedMemoryPathSurvivesKillAndRestart) {
+  fs::path dir = test_dir();
+  ServerProcess server(dir, base_config(dir, /*volume=*/false));
+  ASSERT_EQ(server.start(), "");
+  const uint16_t port = server.port();
+  RemoteStoreOptions o = client_options(port);
+  auto c = RemoteStore::open(o);
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE((*c)->wait_connected(5000).ok());
+  ASSERT_TRUE((*c)->shared_memory_active());
+  const uint16_t ns = *(*c)->register_namespace(test_namespace());
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> wrong{0}, errors{0}, hits{0}, misses{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      AlignedBuffer in(kObj), out(kObj);
+      for (uint64_t i = 0; !stop; ++i) {
+        const uint64_t id = 1 + t * 1000000 + i % 64;
+        fill_payload(test_key(id), in.view());
+        if (!(*c)->put(ns, test_key(id), in.view()).ok()) ++errors;
+        auto g = (*c)->get(ns, test_key(id), out.view());
+        if (!g.ok()) {
+          ++errors;
+        } else if (g->hit) {
+          ++hits;
+          if (!payload_matches(test_key(id), ByteView(out.data(), g->length))) ++wrong;
+        } else {
+          ++misses;
+        }
+      }
+    });
+  }
+  std::this_thread::sleep_for(milliseconds(500));
+  const int hits_before = hits.load();
+  server.kill9();
+  std::this_thread::sleep_for(milliseconds(500));
+  EXPECT_FALSE((*c)->shared_memory_active());
+  server.config()["listen"]["port"] = port;
+  ASSERT_EQ(server.start(), "");
+  // Back within the reconnect backoff, on shared memory again.
+  for (int i = 0; i < 500 && !(*c)->shared_memory_active(); ++i) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_TRUE((*c)->shared_memory_active());
+  const int hits_restarted = hits.load();
+  std::this_thread::sleep_for(milliseconds(500));
+  stop = true;
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_GT(hits_before, 0);
+  EXPECT_GT(misses.load(), 0);             // the calls that met the dead server
+  EXPECT_GT(hits.load(), hits_restarted);  // served again after the restart
+  EXPECT_GT((*c)->client_stats().shm_sessions, 2u);
+  c->reset();
+  EXPECT_EQ(server.terminate(), 0);
+}
+
 TEST(StoreService, WrongTokenIsRefused) {
   fs::path dir = test_dir();
   nlohmann::json cfg = base_config(dir, false);

@@ -1,0 +1,247 @@
+#include "net/shm_area.h"
+
+#include <fcntl.h>
+#include <openssl/rand.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include <fmt/format.h>
+
+namespace kvtier::net {
+
+namespace {
+
+constexpr unsigned kRequiredSeals = F_SEAL_SHRINK | F_SEAL_GROW;
+constexpr size_t kAttachBytes = 24;  // nonce hi, nonce lo, area bytes (u64 LE each)
+
+Status errno_status(const std::string& what) {
+  return Status::unavailable(fmt::format("{}: {}", what, std::strerror(errno)));
+}
+
+void put_u64(std::byte* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
+}
+uint64_t get_u64(const std::byte* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+
+// An abstract socket address: a leading NUL, then the name (not NUL-terminated).
+Result<std::pair<sockaddr_un, socklen_t>> abstract_address(const std::string& name) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (name.empty() || name.size() + 1 > sizeof(a.sun_path)) {
+    return Status::invalid_argument("shared-memory socket name empty or too long");
+  }
+  a.sun_path[0] = '\0';
+  std::memcpy(a.sun_path + 1, name.data(), name.size());
+  return std::make_pair(a,
+                        static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size()));
+}
+
+void set_timeouts(int fd, uint32_t timeout_ms) {
+  timeval tv{};
+  tv.tv_sec = timeout_ms / 1000;
+  tv.tv_usec = (timeout_ms % 1000) * 1000;
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+}  // namespace
+
+Result<std::shared_ptr<ShmArea>> ShmArea::create(size_t bytes) {
+  if (bytes == 0) return Status::invalid_argument("shared-memory area of 0 bytes");
+  int fd = memfd_create("kvtier-store-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return errno_status("memfd_create");
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    Status st = errno_status("ftruncate of the shared-memory area");
+    close(fd);
+    return st;
+  }
+  if (fcntl(fd, F_ADD_SEALS, kRequiredSeals | F_SEAL_SEAL) != 0) {
+    Status st = errno_status("sealing the shared-memory area");
+    close(fd);
+    return st;
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    Status st = errno_status("mmap of the shared-memory area");
+    close(fd);
+    return st;
+  }
+  return std::shared_ptr<ShmArea>(new ShmArea(fd, static_cast<std::byte*>(p), bytes));
+}
+
+Result<std::shared_ptr<ShmArea>> ShmArea::map_received(int fd, uint64_t announced_bytes,
+                                                       uint64_t max_bytes) {
+  auto fail = [fd](Status st) -> Result<std::shared_ptr<ShmArea>> {
+    close(fd);
+    return st;
+  };
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (static_cast<unsigned>(seals) & kRequiredSeals) != kRequiredSeals) {
+    return fail(
+        Status::rejected("shared-memory fd is not a memfd sealed against shrinking and growing"));
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return fail(errno_status("fstat of a shared-memory fd"));
+  if (static_cast<uint64_t>(st.st_size) != announced_bytes || announced_bytes == 0) {
+    return fail(Status::invalid_argument(
+        fmt::format("shared-memory area is {} bytes, {} announced", st.st_size, announced_bytes)));
+  }
+  if (announced_bytes > max_bytes) {
+    return fail(Status::invalid_argument(fmt::format(
+        "shared-memory area of {} bytes exceeds the limit {}", announced_bytes, max_bytes)));
+  }
+  void* p = mmap(nullptr, announced_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return fail(errno_status("mmap of a received shared-memory area"));
+  return std::shared_ptr<ShmArea>(
+      new ShmArea(fd, static_cast<std::byte*>(p), static_cast<size_t>(announced_bytes)));
+}
+
+ShmArea::~ShmArea() {
+  munmap(base_, size_);
+  close(fd_);
+}
+
+std::optional<MutableByteView> ShmArea::range(uint64_t offset, uint64_t length) const {
+  if (offset > size_ || length > size_ - offset) return std::nullopt;
+  return MutableByteView(base_ + offset, static_cast<size_t>(length));
+}
+
+std::string host_boot_id() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return id;
+}
+
+Result<kv::Key128> random_nonce() {
+  unsigned char b[16];
+  if (RAND_bytes(b, sizeof b) != 1) return Status::internal("RAND_bytes failed");
+  kv::Key128 k;
+  std::memcpy(&k.hi, b, 8);
+  std::memcpy(&k.lo, b + 8, 8);
+  return k;
+}
+
+Status shm_attach_send(const std::string& name, const ShmAttachMessage& msg, int area_fd,
+                       uint32_t timeout_ms) {
+  auto addr = abstract_address(name);
+  if (!addr.ok()) return addr.status();
+  int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return errno_status("socket(AF_UNIX)");
+  set_timeouts(s, timeout_ms);
+  Status result = Status::ok_status();
+  if (connect(s, reinterpret_cast<const sockaddr*>(&addr->first), addr->second) != 0) {
+    result = errno_status("connect to the store's shared-memory socket");
+  } else {
+    std::byte payload[kAttachBytes];
+    put_u64(payload, msg.nonce.hi);
+    put_u64(payload + 8, msg.nonce.lo);
+    put_u64(payload + 16, msg.area_bytes);
+    iovec iov{payload, sizeof payload};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = control;
+    mh.msg_controllen = sizeof control;
+    cmsghdr* cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(cm), &area_fd, sizeof(int));
+    if (sendmsg(s, &mh, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof payload)) {
+      result = errno_status("sending the shared-memory area");
+    } else {
+      char answer = 1;
+      ssize_t n = recv(s, &answer, 1, 0);
+      if (n != 1) {
+        result = n < 0 ? errno_status("waiting for the store to map the area")
+                       : Status::unavailable("the store closed the shared-memory socket");
+      } else if (answer != 0) {
+        result = Status::rejected("the store refused the shared-memory area");
+      }
+    }
+  }
+  close(s);
+  return result;
+}
+
+Result<std::unique_ptr<ShmListener>> ShmListener::listen(const std::string& name) {
+  auto addr = abstract_address(name);
+  if (!addr.ok()) return addr.status();
+  int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return errno_status("socket(AF_UNIX)");
+  if (bind(s, reinterpret_cast<const sockaddr*>(&addr->first), addr->second) != 0 ||
+      ::listen(s, 64) != 0) {
+    Status st = errno_status("binding the shared-memory socket");
+    close(s);
+    return st;
+  }
+  return std::unique_ptr<ShmListener>(new ShmListener(s, name));
+}
+
+ShmListener::~ShmListener() { close(fd_); }
+
+Result<ShmListener::Received> ShmListener::accept_one(uint32_t timeout_ms) {
+  int c = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  if (c < 0) return errno_status("accept on the shared-memory socket");
+  set_timeouts(c, timeout_ms);
+  std::byte payload[kAttachBytes];
+  iovec iov{payload, sizeof payload};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)] = {};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = control;
+  mh.msg_controllen = sizeof control;
+  ssize_t n = recvmsg(c, &mh, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+  // Collect every fd that came, so none leaks whatever else is wrong.
+  std::vector<int> fds;
+  for (cmsghdr* cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+    size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int f;
+      std::memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+      fds.push_back(f);
+    }
+  }
+  auto refuse = [&](Status st) -> Result<Received> {
+    for (int f : fds) close(f);
+    shm_attach_answer(c, false);
+    return st;
+  };
+  if (n != static_cast<ssize_t>(sizeof payload)) {
+    return refuse(Status::invalid_argument("short shared-memory attach message"));
+  }
+  if ((mh.msg_flags & MSG_CTRUNC) != 0 || fds.size() != 1) {
+    return refuse(Status::invalid_argument("shared-memory attach message without exactly one fd"));
+  }
+  Received r;
+  r.conn = c;
+  r.fd = fds[0];
+  r.msg.nonce.hi = get_u64(payload);
+  r.msg.nonce.lo = get_u64(payload + 8);
+  r.msg.area_bytes = get_u64(payload + 16);
+  return r;
+}
+
+void shm_attach_answer(int conn, bool ok) {
+  char b = ok ? 0 : 1;
+  [[maybe_unused]] ssize_t n = send(conn, &b, 1, MSG_NOSIGNAL);
+  close(conn);
+}
+
+}  // namespace kvtier::net
