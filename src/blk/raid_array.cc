@@ -15,7 +15,9 @@ namespace {
 
 constexpr auto kRelaxed = std::memory_order_relaxed;
 constexpr uint64_t kBitmapMaxBits = 64 * 1024 * 8;  // a 64 KiB bitmap at most
-constexpr uint64_t kMinBytesPerBit = 4ull << 20;    // member bytes one bit covers, at least
+// Member bytes one bit covers, at least: every newly set bit costs a bitmap
+// write and flush on each member before the data write, so bits are coarse.
+constexpr uint64_t kMinBytesPerBit = 64ull << 20;
 constexpr uint64_t kDataAlign = 1ull << 20;
 enum Op { kOpRead = 0, kOpWrite = 1, kOpFlush = 2, kOpTrim = 3 };
 
@@ -27,6 +29,17 @@ uint64_t thread_cpu_ns() {
 
 size_t parity_count(RaidLevel l) {
   return l == RaidLevel::kRaid5 ? 1 : l == RaidLevel::kRaid6 ? 2 : 0;
+}
+
+// Per-thread scratch memory for stripe work, kept between requests so that
+// encode and copies do not pay first-touch page faults on every request.
+std::byte* scratch(size_t bytes) {
+  thread_local AlignedBuffer buf;
+  if (buf.size() < bytes) {
+    buf = AlignedBuffer(align_up(bytes, 1 << 20), 4096);
+    std::memset(buf.data(), 0, buf.size());
+  }
+  return buf.data();
 }
 
 std::array<uint8_t, 16> random_uuid() {
@@ -849,12 +862,14 @@ Status RaidArray::read_parity(View& v, uint64_t offset, MutableByteView dst, boo
   auto rows = split_rows(offset, dst.size(), strip_, k);
   struct Degraded {
     const RowSpan* span;
-    AlignedBuffer buf;
     std::vector<std::byte*> shard;
     std::vector<int> missing;
   };
   std::vector<Degraded> degraded;
   std::vector<MemberIo> ios;
+  uint64_t scratch_bytes = 0;
+  for (const auto& s : rows) scratch_bytes += (s.rmax - s.rmin) * n_;
+  std::byte* next_scratch = scratch(scratch_bytes);
   for (const auto& s : rows) {
     bool healthy = true;
     for (size_t d = 0; d < k; ++d) {
@@ -872,9 +887,9 @@ Status RaidArray::read_parity(View& v, uint64_t offset, MutableByteView dst, boo
     Degraded dg;
     dg.span = &s;
     const uint64_t len = s.rmax - s.rmin;
-    dg.buf = AlignedBuffer(len * n_, std::max<uint32_t>(buffer_alignment_, 64));
     for (size_t sh = 0; sh < n_; ++sh) {
-      dg.shard.push_back(dg.buf.data() + sh * len);
+      dg.shard.push_back(next_scratch);
+      next_scratch += len;
       if (v.usable(member_of(s.row, sh), s.row)) {
         ios.push_back(
             {member_of(s.row, sh), false, s.row * strip_ + s.rmin, dg.shard.back(), len, {}});
@@ -910,13 +925,15 @@ Status RaidArray::write_parity(View& v, uint64_t offset, ByteView src, bool& ret
   auto rows = split_rows(offset, src.size(), strip_, k);
   struct Plan {
     const RowSpan* span;
-    AlignedBuffer buf;
     std::vector<std::byte*> shard;
     std::vector<int> missing;  // shards to reconstruct before overlaying
   };
   std::vector<Plan> plans;
   plans.reserve(rows.size());
   std::vector<MemberIo> reads;
+  uint64_t scratch_bytes = 0;
+  for (const auto& s : rows) scratch_bytes += (s.rmax - s.rmin) * n_;
+  std::byte* next_scratch = scratch(scratch_bytes);
   auto src_at = [&](const RowSpan& s, size_t d, uint64_t within) {
     return const_cast<std::byte*>(src.data()) + (s.logical_base + d * strip_ + within - offset);
   };
@@ -924,9 +941,11 @@ Status RaidArray::write_parity(View& v, uint64_t offset, ByteView src, bool& ret
     Plan p;
     p.span = &s;
     const uint64_t len = s.rmax - s.rmin;
-    p.buf = AlignedBuffer(len * n_, std::max<uint32_t>(buffer_alignment_, 64));
     p.shard.resize(n_);
-    for (size_t sh = 0; sh < n_; ++sh) p.shard[sh] = p.buf.data() + sh * len;
+    for (size_t sh = 0; sh < n_; ++sh) {
+      p.shard[sh] = next_scratch;
+      next_scratch += len;
+    }
     // Data shards the write does not cover over [rmin, rmax) must be read.
     bool need_reconstruct = false;
     for (size_t d = 0; d < k; ++d) {

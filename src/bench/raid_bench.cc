@@ -1,0 +1,278 @@
+#include "bench/raid_bench.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "bench/fio_runner.h"
+#include "blk/raid0.h"
+#include "blk/raid_array.h"
+#include "blk/uring_device.h"
+#include "common/buffer.h"
+#include "common/clock.h"
+
+namespace kvtier::bench {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Keeps `qd` sequential requests of `block` outstanding over [0, span) for
+// `seconds`; returns bytes per second of completed requests.
+Result<double> drive(blk::BlockDevice& dev, bool write, uint64_t block, unsigned qd, uint64_t span,
+                     double seconds) {
+  span = span / block * block;
+  if (span == 0) return Status::invalid_argument("bench: span smaller than one request");
+  std::vector<AlignedBuffer> bufs;
+  std::mt19937_64 rng(7);
+  for (unsigned i = 0; i < qd; ++i) {
+    bufs.emplace_back(block, 4096);
+    for (uint64_t o = 0; o < block; o += 8) {
+      const uint64_t v = rng();
+      std::memcpy(bufs.back().data() + o, &v, 8);
+    }
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<unsigned> free_slots;
+  for (unsigned i = 0; i < qd; ++i) free_slots.push_back(i);
+  uint64_t done_bytes = 0;
+  Status first_error;
+  uint64_t next = 0;
+  const uint64_t t0 = now_ns();
+  const uint64_t end = t0 + static_cast<uint64_t>(seconds * 1e9);
+  for (;;) {
+    unsigned slot = 0;
+    {
+      std::unique_lock lk(mu);
+      cv.wait(lk, [&] { return !free_slots.empty(); });
+      if (!first_error.ok() || now_ns() >= end) break;
+      slot = free_slots.back();
+      free_slots.pop_back();
+    }
+    const uint64_t off = next;
+    next = (next + block) % span;
+    auto cb = [&, slot](Status st) {
+      std::lock_guard lk(mu);
+      if (st.ok()) {
+        done_bytes += block;
+      } else if (first_error.ok()) {
+        first_error = st;
+      }
+      free_slots.push_back(slot);
+      cv.notify_all();
+    };
+    if (write) {
+      dev.write(off, bufs[slot].view(), cb);
+    } else {
+      dev.read(off, bufs[slot].view(), cb);
+    }
+  }
+  std::unique_lock lk(mu);
+  cv.wait(lk, [&] { return free_slots.size() == qd; });
+  if (!first_error.ok()) return first_error;
+  return static_cast<double>(done_bytes) / (static_cast<double>(now_ns() - t0) * 1e-9);
+}
+
+Result<std::vector<std::shared_ptr<blk::BlockDevice>>> open_members(
+    const std::vector<std::string>& paths, uint64_t bytes) {
+  std::vector<std::shared_ptr<blk::BlockDevice>> out;
+  for (const auto& p : paths) {
+    blk::UringOptions o;
+    o.path = p;
+    o.create_size = bytes;
+    o.queue_depth = 128;
+    auto d = blk::UringDevice::open(o);
+    if (!d.ok()) return Status(d.status().code(), fmt::format("{}: {}", p, d.status().message()));
+    out.push_back(std::move(*d));
+  }
+  return out;
+}
+
+// fio on every file at once (one process each): the members' combined limit.
+Result<double> fio_all(const std::vector<std::string>& paths, const std::string& rw, uint64_t block,
+                       unsigned qd, uint64_t size, double seconds) {
+  std::vector<Result<FioResult>> results(paths.size(), Status::internal("not run"));
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    threads.emplace_back([&, i] {
+      FioJob j;
+      j.filename = paths[i];
+      j.rw = rw;
+      j.block_bytes = block;
+      j.iodepth = qd;
+      j.size_bytes = size;
+      j.seconds = std::max(1u, static_cast<unsigned>(seconds + 0.5));
+      results[i] = run_fio(j);
+    });
+  }
+  for (auto& t : threads) t.join();
+  double sum = 0;
+  for (auto& r : results) {
+    if (!r.ok()) return r.status();
+    sum += r->bytes_per_second;
+  }
+  return sum;
+}
+
+}  // namespace
+
+Result<RaidBenchReport> run_raid_bench(const RaidBenchOptions& o) {
+  auto say = [&](const std::string& s) {
+    if (o.progress) o.progress(s);
+  };
+  const unsigned n5 = std::max(3u, o.raid5_members);
+  std::error_code ec;
+  fs::create_directories(o.dir, ec);
+  std::vector<std::string> paths;
+  for (unsigned i = 0; i < n5; ++i) {
+    paths.push_back((fs::path(o.dir) / fmt::format("kvtier-bench-raid-{}.member", i)).string());
+  }
+  const std::vector<std::string> two(paths.begin(), paths.begin() + 2);
+  const uint64_t S = o.strip_bytes;
+  const unsigned Q = o.queue_depth;
+  nlohmann::json j;
+  j["member_bytes"] = o.member_bytes;
+  j["strip_bytes"] = S;
+  j["queue_depth"] = Q;
+  j["raid5_members"] = n5;
+
+  auto cleanup = [&] {
+    if (!o.keep_files) {
+      for (auto& p : paths) fs::remove(p, ec);
+    }
+  };
+  Status failed;
+  auto fail = [&](Status st) {
+    cleanup();
+    return st;
+  };
+  {
+    // Lay the files out (so reads hit the device, not holes) and measure the
+    // members' own limits at the member request size and depth.
+    auto members = open_members(paths, o.member_bytes);
+    if (!members.ok()) return fail(members.status());
+  }
+  say("fio: sequential write on 2 members at once (also lays the files out)");
+  auto fio_w2 = fio_all(two, "write", S, Q, o.member_bytes, o.seconds);
+  if (!fio_w2.ok()) return fail(fio_w2.status());
+  // Fill the third and later members too.
+  {
+    std::vector<std::string> rest(paths.begin() + 2, paths.end());
+    auto fill = fio_all(rest, "write", S, Q, o.member_bytes, o.seconds);
+    if (!fill.ok()) return fail(fill.status());
+  }
+  say("fio: sequential read on 2 members at once");
+  auto fio_r2 = fio_all(two, "read", S, Q, o.member_bytes, o.seconds);
+  if (!fio_r2.ok()) return fail(fio_r2.status());
+
+  double raid0_read = 0, raid0_write = 0, raid0n_write = 0;
+  {
+    auto m = open_members(two, o.member_bytes);
+    if (!m.ok()) return fail(m.status());
+    auto r0 = blk::Raid0::create(*m, S);
+    if (!r0.ok()) return fail(r0.status());
+    say("raid0 x2: sequential read");
+    auto r = drive(**r0, false, 2 * S, Q, (*r0)->capacity(), o.seconds);
+    if (!r.ok()) return fail(r.status());
+    raid0_read = *r;
+    say("raid0 x2: sequential write");
+    auto w = drive(**r0, true, 2 * S, Q, (*r0)->capacity(), o.seconds);
+    if (!w.ok()) return fail(w.status());
+    raid0_write = *w;
+  }
+  {
+    auto m = open_members(paths, o.member_bytes);
+    if (!m.ok()) return fail(m.status());
+    auto r0 = blk::Raid0::create(*m, S);
+    if (!r0.ok()) return fail(r0.status());
+    say(fmt::format("raid0 x{}: sequential write", n5));
+    auto w = drive(**r0, true, n5 * S, Q, (*r0)->capacity(), o.seconds);
+    if (!w.ok()) return fail(w.status());
+    raid0n_write = *w;
+  }
+  double raid5_write = 0, raid5_read = 0, raid5_degraded = 0, cpu_s_per_gb = 0;
+  {
+    auto m = open_members(paths, o.member_bytes);
+    if (!m.ok()) return fail(m.status());
+    blk::RaidOptions ro;
+    ro.level = blk::RaidLevel::kRaid5;
+    ro.strip_bytes = S;
+    blk::RaidRuntimeOptions rt;
+    rt.workers = Q;
+    auto a = blk::RaidArray::create(*m, ro, rt);
+    if (!a.ok()) return fail(a.status());
+    const uint64_t row = (n5 - 1) * S;
+    say(fmt::format("raid5 x{}: full-stripe sequential write", n5));
+    auto w = drive(**a, true, row, Q, (*a)->capacity(), o.seconds);
+    if (!w.ok()) return fail(w.status());
+    raid5_write = *w;
+    const auto st = (*a)->status();
+    cpu_s_per_gb = st.parity_bytes ? static_cast<double>(st.parity_cpu_ns) * 1e-9 /
+                                         (static_cast<double>(st.parity_bytes) / 1e9)
+                                   : 0;
+    const uint64_t span =
+        std::min<uint64_t>((*a)->capacity(), static_cast<uint64_t>(raid5_write * o.seconds));
+    say(fmt::format("raid5 x{}: sequential read, healthy", n5));
+    auto r = drive(**a, false, row, Q, span, o.seconds);
+    if (!r.ok()) return fail(r.status());
+    raid5_read = *r;
+    (void)(*a)->fail_member(0);
+    say(fmt::format("raid5 x{}: sequential read, one member failed", n5));
+    auto d = drive(**a, false, row, Q, span, o.seconds);
+    if (!d.ok()) return fail(d.status());
+    raid5_degraded = *d;
+  }
+  cleanup();
+  const double gb = 1e9;
+  j["fio_2members_read_gbps"] = *fio_r2 / gb;
+  j["fio_2members_write_gbps"] = *fio_w2 / gb;
+  j["raid0_read_gbps"] = raid0_read / gb;
+  j["raid0_write_gbps"] = raid0_write / gb;
+  j["raid0_read_ratio"] = raid0_read / *fio_r2;
+  j["raid0_write_ratio"] = raid0_write / *fio_w2;
+  j["raid0_n_write_gbps"] = raid0n_write / gb;
+  j["raid5_write_gbps"] = raid5_write / gb;
+  j["raid5_write_limit_gbps"] = raid0n_write * (n5 - 1) / n5 / gb;
+  j["raid5_write_ratio"] = raid5_write / (raid0n_write * (n5 - 1) / n5);
+  j["raid5_read_gbps"] = raid5_read / gb;
+  j["raid5_degraded_read_gbps"] = raid5_degraded / gb;
+  j["raid5_degraded_read_ratio"] = raid5_degraded / raid5_read;
+  j["parity_cpu_seconds_per_gb"] = cpu_s_per_gb;
+  j["bars"] = {{"raid0_read_ratio", 0.9},
+               {"raid0_write_ratio", 0.9},
+               {"raid5_write_ratio", 0.7},
+               {"raid5_degraded_read_ratio", 0.5}};
+  RaidBenchReport rep;
+  rep.figures = std::move(j);
+  return rep;
+}
+
+std::string RaidBenchReport::table() const {
+  const auto& j = figures;
+  std::string t;
+  t += fmt::format("{:<34} {:>10} {:>12} {:>8} {:>6}\n", "measurement", "GB/s", "limit GB/s",
+                   "ratio", "bar");
+  auto row = [&](const char* what, double v, double lim, double ratio, double bar) {
+    t += fmt::format("{:<34} {:>10.3f} {:>12.3f} {:>8.3f} {:>6.2f}\n", what, v, lim, ratio, bar);
+  };
+  row("raid0 x2 read vs fio both members", j["raid0_read_gbps"], j["fio_2members_read_gbps"],
+      j["raid0_read_ratio"], 0.9);
+  row("raid0 x2 write vs fio both members", j["raid0_write_gbps"], j["fio_2members_write_gbps"],
+      j["raid0_write_ratio"], 0.9);
+  row("raid5 full-stripe write vs raid0", j["raid5_write_gbps"], j["raid5_write_limit_gbps"],
+      j["raid5_write_ratio"], 0.7);
+  row("raid5 degraded read vs healthy", j["raid5_degraded_read_gbps"], j["raid5_read_gbps"],
+      j["raid5_degraded_read_ratio"], 0.5);
+  t += fmt::format("parity CPU seconds per GB: {:.4f}\n",
+                   j["parity_cpu_seconds_per_gb"].get<double>());
+  return t;
+}
+
+}  // namespace kvtier::bench

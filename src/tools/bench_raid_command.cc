@@ -1,0 +1,79 @@
+// `kvtier bench raid`: RAID levels on O_DIRECT member files vs fio and vs
+// each other (see src/bench/raid_bench.h).
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "bench/raid_bench.h"
+#include "tools/commands.h"
+
+namespace kvtier::tools {
+
+namespace {
+
+struct RaidBenchCli {
+  bench::RaidBenchOptions opts;
+  double member_mib = 256;
+  uint32_t strip_kib = 256;
+  bool json = false;
+};
+
+int run_raid_bench_cli(const RaidBenchCli& cli) {
+  bench::RaidBenchOptions o = cli.opts;
+  o.member_bytes = static_cast<uint64_t>(cli.member_mib * (1 << 20)) / (1 << 20) * (1 << 20);
+  o.strip_bytes = static_cast<uint64_t>(cli.strip_kib) * 1024;
+  o.progress = [](const std::string& line) {
+    std::fprintf(stderr, "%s\n", line.c_str());
+    std::fflush(stderr);
+  };
+  auto report = bench::run_raid_bench(o);
+  if (!report.ok()) {
+    std::fprintf(stderr, "kvtier bench raid: %s\n", report.status().to_string().c_str());
+    return 1;
+  }
+  if (cli.json) {
+    std::cout << report->json().dump(2) << std::endl;
+  } else {
+    std::cout << report->table() << std::endl;
+  }
+  return 0;
+}
+
+void add_raid_bench_command(CLI::App& app) {
+  auto* bench = bench_group(app);
+  auto cli = std::make_shared<RaidBenchCli>();
+  auto* raid = bench->add_subcommand(
+      "raid",
+      "RAID on O_DIRECT member files: RAID0 x2 vs fio on both members at once, RAID5 full-stripe "
+      "write vs RAID0 x (n-1)/n, degraded RAID5 read vs healthy, parity CPU seconds per GB");
+  raid->add_option("--dir", cli->opts.dir,
+                   "Folder for the member files (created; must support O_DIRECT, not tmpfs)")
+      ->capture_default_str();
+  raid->add_option("--member-mib", cli->member_mib, "Size of each member file in MiB")
+      ->capture_default_str()
+      ->check(CLI::Range(16.0, 1048576.0));
+  raid->add_option("--strip-kib", cli->strip_kib,
+                   "Strip size in KiB; also the member request size given to fio")
+      ->capture_default_str()
+      ->check(CLI::Range(4u, 16384u));
+  raid->add_option("--qd", cli->opts.queue_depth, "Requests in flight (arrays and fio alike)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 256u));
+  raid->add_option("--raid5-members", cli->opts.raid5_members, "Members of the RAID5 array")
+      ->capture_default_str()
+      ->check(CLI::Range(3u, 16u));
+  raid->add_option("--seconds", cli->opts.seconds, "Length of each timed measurement")
+      ->capture_default_str()
+      ->check(CLI::Range(0.5, 600.0));
+  raid->add_flag("--keep-files", cli->opts.keep_files, "Do not delete the member files");
+  raid->add_flag("--json", cli->json,
+                 "Print one JSON object (every ratio under a key ending in _ratio) instead of a "
+                 "table");
+  raid->callback([cli] { std::exit(run_raid_bench_cli(*cli)); });
+}
+
+const RegisterCommands kRegisterRaidBench{110, add_raid_bench_command};
+
+}  // namespace
+
+}  // namespace kvtier::tools
