@@ -1,0 +1,213 @@
+#include "blockd/config.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+namespace kvtier::blockd {
+
+namespace {
+
+using nlohmann::json;
+
+const std::set<std::string>& kinds() {
+  static const std::set<std::string> k{"file",  "mem",   "raid0",  "raid1",
+                                       "raid5", "raid6", "raid10", "partition"};
+  return k;
+}
+
+json qos_to_json(const blk::QosLimits& q) {
+  return json{{"read_iops", q.read_iops},        {"write_iops", q.write_iops},
+              {"total_iops", q.total_iops},      {"read_bps", q.read_bps},
+              {"write_bps", q.write_bps},        {"total_bps", q.total_bps},
+              {"burst_seconds", q.burst_seconds}};
+}
+
+blk::QosLimits qos_from_json(const json& j) {
+  blk::QosLimits q;
+  q.read_iops = j.value("read_iops", uint64_t{0});
+  q.write_iops = j.value("write_iops", uint64_t{0});
+  q.total_iops = j.value("total_iops", uint64_t{0});
+  q.read_bps = j.value("read_bps", uint64_t{0});
+  q.write_bps = j.value("write_bps", uint64_t{0});
+  q.total_bps = j.value("total_bps", uint64_t{0});
+  q.burst_seconds = j.value("burst_seconds", 0.1);
+  return q;
+}
+
+Status sys_error(const std::string& what, const std::string& path) {
+  return Status::io_error(fmt::format("{} {}: {}", what, path, std::strerror(errno)));
+}
+
+}  // namespace
+
+bool valid_volume_name(const std::string& name) {
+  if (name.empty() || name.size() > 63) return false;
+  for (char c : name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Status validate_config(const DaemonConfig& config) {
+  std::set<std::string> seen;
+  for (const auto& v : config.volumes) {
+    if (!valid_volume_name(v.name)) {
+      return Status::invalid_argument(fmt::format(
+          "volume name '{}' must be 1-63 characters of letters, digits, '-', '_' or '.'", v.name));
+    }
+    if (seen.count(v.name)) return Status::already_exists(fmt::format("volume '{}' twice", v.name));
+    if (!kinds().count(v.kind)) {
+      return Status::invalid_argument(
+          fmt::format("volume '{}': unknown kind '{}'", v.name, v.kind));
+    }
+    if (v.kind == "file" && v.path.empty()) {
+      return Status::invalid_argument(fmt::format("volume '{}': a file needs a path", v.name));
+    }
+    if (v.kind == "mem" && v.size_bytes == 0) {
+      return Status::invalid_argument(
+          fmt::format("volume '{}': a RAM volume needs a size", v.name));
+    }
+    std::vector<std::string> refs = v.members;
+    if (v.kind == "partition") refs.push_back(v.parent);
+    if (v.kind.rfind("raid", 0) == 0 && v.members.empty()) {
+      return Status::invalid_argument(fmt::format("volume '{}': an array needs members", v.name));
+    }
+    for (const auto& r : refs) {
+      if (!seen.count(r)) {
+        return Status::invalid_argument(
+            fmt::format("volume '{}' refers to '{}', which is not defined before it", v.name, r));
+      }
+    }
+    seen.insert(v.name);
+  }
+  return Status::ok_status();
+}
+
+std::string config_to_json(const DaemonConfig& config) {
+  json vols = json::array();
+  for (const auto& v : config.volumes) {
+    json j{{"name", v.name}, {"kind", v.kind}};
+    if (v.kind == "file") {
+      j["path"] = v.path;
+      j["size_bytes"] = v.size_bytes;
+      j["buffered"] = v.buffered;
+    } else if (v.kind == "mem") {
+      j["size_bytes"] = v.size_bytes;
+    } else if (v.kind == "partition") {
+      j["parent"] = v.parent;
+      j["offset_bytes"] = v.offset_bytes;
+      j["length_bytes"] = v.length_bytes;
+    } else {
+      j["members"] = v.members;
+      j["strip_bytes"] = v.strip_bytes;
+      j["copies"] = v.copies;
+    }
+    if (!v.qos.unlimited()) j["qos"] = qos_to_json(v.qos);
+    vols.push_back(std::move(j));
+  }
+  return json{{"format", "kvtier-blockd-config"}, {"version", kConfigVersion}, {"volumes", vols}}
+      .dump(2);
+}
+
+Result<DaemonConfig> config_from_json(const std::string& text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object())
+    return Status::invalid_argument("config: not a JSON object");
+  if (j.value("format", std::string()) != "kvtier-blockd-config") {
+    return Status::invalid_argument("config: not a kvtier-blockd config (format field)");
+  }
+  if (!j.contains("version") || !j["version"].is_number_integer()) {
+    return Status::invalid_argument("config: no version");
+  }
+  const int version = j["version"].get<int>();
+  if (version != kConfigVersion) {
+    return Status::invalid_argument(fmt::format(
+        "config: version {} is not supported (this build reads {})", version, kConfigVersion));
+  }
+  if (!j.contains("volumes") || !j["volumes"].is_array()) {
+    return Status::invalid_argument("config: volumes must be an array");
+  }
+  DaemonConfig c;
+  try {
+    for (const auto& jv : j["volumes"]) {
+      VolumeConfig v;
+      v.name = jv.at("name").get<std::string>();
+      v.kind = jv.at("kind").get<std::string>();
+      v.path = jv.value("path", std::string());
+      v.size_bytes = jv.value("size_bytes", uint64_t{0});
+      v.buffered = jv.value("buffered", false);
+      if (jv.contains("members")) v.members = jv["members"].get<std::vector<std::string>>();
+      v.strip_bytes = jv.value("strip_bytes", uint64_t{0});
+      v.copies = jv.value("copies", uint32_t{0});
+      v.parent = jv.value("parent", std::string());
+      v.offset_bytes = jv.value("offset_bytes", uint64_t{0});
+      v.length_bytes = jv.value("length_bytes", uint64_t{0});
+      if (jv.contains("qos")) v.qos = qos_from_json(jv["qos"]);
+      c.volumes.push_back(std::move(v));
+    }
+  } catch (const json::exception& e) {
+    return Status::invalid_argument(fmt::format("config: bad volume entry: {}", e.what()));
+  }
+  KVTIER_RETURN_IF_ERROR(validate_config(c));
+  return c;
+}
+
+Result<DaemonConfig> load_config(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    if (!std::filesystem::exists(path)) return DaemonConfig{};
+    return sys_error("open", path);
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto c = config_from_json(ss.str());
+  if (!c.ok()) return Status(c.status().code(), fmt::format("{}: {}", path, c.status().message()));
+  return c;
+}
+
+Status save_config_atomic(const std::string& path, const DaemonConfig& config) {
+  const std::string text = config_to_json(config) + "\n";
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return sys_error("create", tmp);
+  size_t off = 0;
+  while (off < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      Status st = sys_error("write", tmp);
+      ::close(fd);
+      return st;
+    }
+    off += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    Status st = sys_error("fsync", tmp);
+    ::close(fd);
+    return st;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return sys_error("rename", tmp);
+  // The rename itself must survive a power cut: sync the folder.
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return Status::ok_status();
+}
+
+}  // namespace kvtier::blockd

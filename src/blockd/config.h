@@ -1,0 +1,52 @@
+// DaemonConfig: what kvtier-blockd persists so that a restart comes back with
+// the same volumes: every file, RAM volume, array and partition in creation
+// order (a volume only refers to volumes before it) and the QoS limits of
+// each. Stored as versioned JSON, written atomically (temp file, fsync,
+// rename, fsync of the folder), so a crash leaves either the old or the new
+// file, never a torn one. See docs/storage-engine.md for the format.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "blk/qos_device.h"
+#include "common/status.h"
+
+namespace kvtier::blockd {
+
+inline constexpr int kConfigVersion = 1;
+
+struct VolumeConfig {
+  std::string name;
+  std::string kind;  // file, mem, raid0, raid1, raid5, raid6, raid10, partition
+  // file
+  std::string path;
+  uint64_t size_bytes = 0;  // file: size to create/extend to; mem: size
+  bool buffered = false;
+  // arrays
+  std::vector<std::string> members;
+  uint64_t strip_bytes = 0;
+  uint32_t copies = 0;
+  // partition
+  std::string parent;
+  uint64_t offset_bytes = 0;
+  uint64_t length_bytes = 0;
+  // any
+  blk::QosLimits qos;
+};
+
+struct DaemonConfig {
+  std::vector<VolumeConfig> volumes;
+};
+
+// Validates names, kinds, references (to earlier volumes only) and fields.
+Status validate_config(const DaemonConfig& config);
+std::string config_to_json(const DaemonConfig& config);
+Result<DaemonConfig> config_from_json(const std::string& text);
+// A missing file is an empty config.
+Result<DaemonConfig> load_config(const std::string& path);
+Status save_config_atomic(const std::string& path, const DaemonConfig& config);
+bool valid_volume_name(const std::string& name);
+
+}  // namespace kvtier::blockd

@@ -1,0 +1,113 @@
+// Daemon config: JSON round trip, validation of references and names,
+// refusal of other versions, atomic save; peer filtering of the gRPC API.
+#include "blockd/config.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "blockd/grpc_service.h"
+
+namespace kvtier::blockd {
+namespace {
+
+DaemonConfig sample() {
+  DaemonConfig c;
+  VolumeConfig f;
+  f.name = "f0";
+  f.kind = "file";
+  f.path = "/dev/null-ish";
+  f.size_bytes = 1 << 20;
+  c.volumes.push_back(f);
+  f.name = "f1";
+  f.path = "other";
+  c.volumes.push_back(f);
+  VolumeConfig a;
+  a.name = "r1";
+  a.kind = "raid1";
+  a.members = {"f0", "f1"};
+  a.strip_bytes = 65536;
+  a.qos.read_iops = 100;
+  a.qos.burst_seconds = 0.5;
+  c.volumes.push_back(a);
+  VolumeConfig p;
+  p.name = "p0";
+  p.kind = "partition";
+  p.parent = "r1";
+  p.offset_bytes = 4096;
+  p.length_bytes = 8192;
+  c.volumes.push_back(p);
+  return c;
+}
+
+TEST(ConfigTest, RoundTrip) {
+  const DaemonConfig c = sample();
+  auto back = config_from_json(config_to_json(c));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_EQ(back->volumes.size(), 4u);
+  EXPECT_EQ(back->volumes[2].members, (std::vector<std::string>{"f0", "f1"}));
+  EXPECT_EQ(back->volumes[2].qos.read_iops, 100u);
+  EXPECT_DOUBLE_EQ(back->volumes[2].qos.burst_seconds, 0.5);
+  EXPECT_EQ(back->volumes[3].parent, "r1");
+  EXPECT_EQ(back->volumes[3].length_bytes, 8192u);
+}
+
+TEST(ConfigTest, RejectsMalformed) {
+  EXPECT_FALSE(config_from_json("not json").ok());
+  EXPECT_FALSE(config_from_json("[]").ok());
+  EXPECT_FALSE(
+      config_from_json(R"({"format":"kvtier-blockd-config","version":2,"volumes":[]})").ok());
+  EXPECT_FALSE(config_from_json(R"({"format":"other","version":1,"volumes":[]})").ok());
+  EXPECT_FALSE(config_from_json(
+                   R"({"format":"kvtier-blockd-config","version":1,"volumes":[{"kind":"mem"}]})")
+                   .ok());
+  // Reference to a later volume, unknown kind, bad name, duplicate.
+  DaemonConfig c = sample();
+  std::swap(c.volumes[2], c.volumes[3]);
+  EXPECT_FALSE(validate_config(c).ok());
+  c = sample();
+  c.volumes[0].kind = "floppy";
+  EXPECT_FALSE(validate_config(c).ok());
+  c = sample();
+  c.volumes[0].name = "a b";
+  EXPECT_FALSE(validate_config(c).ok());
+  c = sample();
+  c.volumes[1].name = "f0";
+  EXPECT_FALSE(validate_config(c).ok());
+  EXPECT_TRUE(validate_config(sample()).ok());
+}
+
+TEST(ConfigTest, SaveIsAtomicAndLoadReadsItBack) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("kvtier-cfg-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "blockd.json").string();
+  auto empty = load_config(path);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->volumes.empty());
+  ASSERT_TRUE(save_config_atomic(path, sample()).ok());
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  auto back = load_config(path);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->volumes.size(), 4u);
+  std::ofstream(path) << "{ torn";
+  auto bad = load_config(path);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(path), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(PeerTest, LoopbackAndAllowedOnly) {
+  EXPECT_EQ(peer_host("ipv4:127.0.0.1:5000"), "127.0.0.1");
+  EXPECT_EQ(peer_host("ipv6:[::1]:5000"), "::1");
+  EXPECT_TRUE(peer_allowed("ipv4:127.0.0.1:5000", {}));
+  EXPECT_TRUE(peer_allowed("ipv6:[::1]:80", {}));
+  EXPECT_FALSE(peer_allowed("ipv4:10.1.2.3:5000", {}));
+  EXPECT_TRUE(peer_allowed("ipv4:10.1.2.3:5000", {"10.1.2.3"}));
+  EXPECT_FALSE(peer_allowed("ipv4:10.1.2.30:5000", {"10.1.2.3"}));
+}
+
+}  // namespace
+}  // namespace kvtier::blockd

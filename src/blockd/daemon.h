@@ -1,0 +1,83 @@
+// BlockDaemon: the state of kvtier-blockd. It owns every volume (files, RAM
+// volumes, RAID arrays, partitions), each behind a HealthDevice (latency,
+// errors, state) and a QosDevice (limits that can change at any time), and
+// keeps the persisted config in step: every change is applied, then the whole
+// config is saved atomically; at start the config is replayed in order
+// (files opened, redundant arrays assembled from their superblocks, RAID0
+// and partitions recreated). A volume that cannot be restored stays listed
+// with its error instead of stopping the daemon.
+//
+// Threads: management calls take one mutex (they are rare); data calls
+// (read/write) look up the volume under it and do their I/O outside it.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "blk/block_device.h"
+#include "blk/health_device.h"
+#include "blk/qos_device.h"
+#include "blk/raid0.h"
+#include "blk/raid_array.h"
+#include "blockd.pb.h"
+#include "blockd/config.h"
+#include "common/status.h"
+
+namespace kvtier::blockd {
+
+class BlockDaemon {
+ public:
+  // Loads `config_path` (missing = empty) and restores every volume in it.
+  static Result<std::unique_ptr<BlockDaemon>> open(const std::string& config_path);
+  ~BlockDaemon();
+
+  Result<v1::Volume> create_file(const v1::CreateFileRequest& r);
+  Result<v1::Volume> create_mem(const v1::CreateMemRequest& r);
+  Result<v1::Volume> create_array(const v1::CreateArrayRequest& r);
+  Result<v1::Volume> create_partition(const v1::CreatePartitionRequest& r);
+  Result<v1::Volume> remove(const std::string& name);
+  Result<v1::Volume> replace_member(const v1::ReplaceMemberRequest& r);
+  Result<v1::Volume> fail_member(const v1::FailMemberRequest& r);
+  Result<v1::Volume> set_qos(const v1::SetQosRequest& r);
+  Result<v1::Volume> show(const std::string& name) const;
+  v1::ListReply list() const;
+  Status write(const v1::WriteRequest& r);
+  Result<std::string> read(const v1::ReadRequest& r);
+
+  // Prometheus text of every volume and array.
+  std::string render_metrics() const;
+
+  static constexpr uint64_t kMaxDataBytes = 4ull << 20;
+
+ private:
+  struct Volume {
+    VolumeConfig cfg;
+    std::shared_ptr<blk::BlockDevice> base;
+    std::shared_ptr<blk::RaidArray> raid;
+    std::shared_ptr<blk::HealthDevice> health;
+    std::shared_ptr<blk::QosDevice> qos;  // the device everything above uses
+    std::string used_by;
+    std::string error;  // set when the volume could not be restored
+  };
+
+  explicit BlockDaemon(std::string config_path) : config_path_(std::move(config_path)) {}
+  // Builds the device stack of `cfg` (format = false: assemble arrays).
+  Status instantiate_locked(const VolumeConfig& cfg, bool format);
+  void add_restored_locked(const VolumeConfig& cfg);
+  Status persist_locked();
+  Status check_new_name_locked(const std::string& name) const;
+  Result<Volume*> find_locked(const std::string& name);
+  Result<const Volume*> find_locked(const std::string& name) const;
+  v1::Volume describe_locked(const Volume& v) const;
+  Result<std::shared_ptr<blk::BlockDevice>> data_device(const std::string& name) const;
+
+  const std::string config_path_;
+  mutable std::mutex mu_;
+  std::vector<std::string> order_;  // creation order (the config's order)
+  std::map<std::string, std::unique_ptr<Volume>> volumes_;
+};
+
+}  // namespace kvtier::blockd
