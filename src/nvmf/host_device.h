@@ -1,0 +1,100 @@
+// NvmeTcpDevice: a remote NVMe/TCP namespace as a kvtier BlockDevice (the
+// initiator side). It connects an admin queue and N I/O queues, sends Keep
+// Alive, and when the connection is lost reconnects with the kernel's
+// semantics: a new attempt every reconnect_delay until ctrl_loss_tmo; I/O
+// waits for the reconnect but fails with kUnavailable once fast_io_fail_tmo
+// has passed since the loss (and everything fails after ctrl_loss_tmo). Every
+// socket wait is bounded by io_timeout, so no call ever hangs.
+//
+// Threads: requests may be submitted from any thread; each runs to completion
+// on the caller's thread holding one I/O queue (queues are picked round
+// robin), and the callback runs before submit returns. A keep-alive thread
+// owns the admin queue's periodic traffic. Unfinished: requests are
+// synchronous per queue (no pipelining within a queue).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "blk/block_device.h"
+
+namespace kvtier::nvmf {
+
+struct HostOptions {
+  std::string address = "127.0.0.1";
+  uint16_t port = 4420;
+  std::string subnqn;
+  std::string hostnqn = "nqn.2024-01.io.kvtier:host";
+  uint32_t nsid = 1;
+  uint32_t io_queues = 1;
+  uint16_t queue_size = 32;
+  bool hdgst = false;
+  bool ddgst = false;
+  std::chrono::milliseconds kato{5000};
+  std::chrono::milliseconds io_timeout{10000};
+  std::chrono::milliseconds reconnect_delay{1000};
+  std::chrono::milliseconds ctrl_loss_tmo{60000};  // negative: retry forever
+  std::chrono::milliseconds fast_io_fail_tmo{-1};  // negative: I/O waits until ctrl loss
+};
+
+class NvmeTcpDevice : public blk::BlockDevice {
+ public:
+  // Connects (admin + I/O queues) and identifies the namespace.
+  static Result<std::unique_ptr<NvmeTcpDevice>> connect(const HostOptions& options);
+  ~NvmeTcpDevice() override;
+
+  std::string name() const override;
+  uint32_t block_size() const override { return block_size_; }
+  uint32_t buffer_alignment() const override { return 1; }
+  uint64_t capacity() const override { return capacity_; }
+  void read(uint64_t offset, MutableByteView dst, blk::IoCallback cb) override;
+  void write(uint64_t offset, ByteView src, blk::IoCallback cb) override;
+  void flush(blk::IoCallback cb) override;
+  void trim(uint64_t offset, uint64_t length, blk::IoCallback cb) override;
+  blk::DeviceStats stats() const override;
+
+  uint64_t reconnects() const { return reconnects_; }
+  bool connected() const;
+
+ private:
+  class Queue;
+  struct Command;
+  explicit NvmeTcpDevice(HostOptions o);
+  Status establish();  // connects every queue; caller holds state_mu_
+  Status run(Command& cmd);
+  Status run_once(Command& cmd);
+  void lost(uint64_t generation, const Status& why);  // caller holds no lock
+  Status wait_until_up(std::unique_lock<std::mutex>& lk);
+  void keepalive_loop();
+
+  HostOptions opt_;
+  uint32_t block_size_ = 0;
+  uint64_t capacity_ = 0;
+  uint32_t max_transfer_ = 0;
+  uint16_t cntlid_ = 0;
+
+  mutable std::mutex state_mu_;  // guards the fields below and (re)connection
+  std::condition_variable state_cv_;
+  bool up_ = false;
+  bool dead_ = false;  // ctrl_loss_tmo passed: the device fails everything
+  std::chrono::steady_clock::time_point lost_at_{};
+  std::chrono::steady_clock::time_point next_attempt_{};
+  std::shared_ptr<Queue> admin_;
+  std::vector<std::shared_ptr<Queue>> io_;
+  uint64_t generation_ = 0;  // bumped on each successful (re)connect
+
+  std::atomic<uint32_t> next_queue_{0};
+  std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> reconnects_{0};
+  std::thread keepalive_;
+  mutable std::mutex stats_mu_;
+  blk::DeviceStats stats_;
+};
+
+}  // namespace kvtier::nvmf
