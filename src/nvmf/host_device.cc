@@ -13,6 +13,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/crc32c.h"
 #include "nvmf/pdu.h"
 #include "nvmf/socket_stream.h"
 
@@ -262,6 +263,11 @@ Status NvmeTcpDevice::establish() {
   // Connect (admin): 1024 bytes of Connect data in the capsule.
   std::vector<uint8_t> cd(1024, 0);
   put16(&cd[16], 0xFFFF);
+  // HOSTID: derived from the host NQN, so it is stable and never all zeros.
+  for (int i = 0; i < 4; ++i) {
+    const std::string salt = opt_.hostnqn + char('0' + i);
+    put32(&cd[4 * i], crc32c(salt.data(), salt.size()) | 1);
+  }
   std::memcpy(&cd[256], opt_.subnqn.data(), std::min<size_t>(255, opt_.subnqn.size()));
   std::memcpy(&cd[512], opt_.hostnqn.data(), std::min<size_t>(255, opt_.hostnqn.size()));
   auto connect_cmd = [&](uint16_t qid, uint16_t sqsize, uint32_t kato) {
