@@ -71,7 +71,7 @@ struct DiskTier::Region {
 
 struct DiskTier::Counters {
   std::atomic<uint64_t> appends{0}, bytes_appended{0}, tombstones{0};
-  std::atomic<uint64_t> region_writes{0}, bytes_written{0}, write_errors{0};
+  std::atomic<uint64_t> region_writes{0}, bytes_written{0}, write_errors{0}, write_timeouts{0};
   std::atomic<uint64_t> reads{0}, bytes_read{0}, buffer_reads{0}, direct_reads{0};
   std::atomic<uint64_t> read_corrupt{0}, read_io_errors{0};
   std::atomic<uint64_t> regions_reclaimed{0}, entries_evicted{0}, entries_reinserted{0};
@@ -515,6 +515,18 @@ Status DiskTier::scan_regions() {
   return Status::ok_status();
 }
 
+bool DiskTier::wait_locked(std::unique_lock<std::mutex>& lock, uint64_t deadline_ns) {
+  const uint64_t now = now_ns();
+  if (now >= deadline_ns) {
+    c_->write_timeouts.fetch_add(1, kRelaxed);
+    return false;
+  }
+  cv_.wait_for(lock, std::chrono::nanoseconds(deadline_ns - now));
+  return true;
+}
+
+uint64_t DiskTier::write_deadline() const { return now_ns() + opts_.write_timeout_ms * 1000000ull; }
+
 bool DiskTier::reclaim_oldest() {
   std::lock_guard lock(mu_);
   if (fifo_.empty()) return false;
@@ -542,7 +554,7 @@ bool DiskTier::reclaim_oldest() {
 Status DiskTier::append_tombstone(const Key128& key, uint16_t ns) {
   const Key128 ns_digest = namespaces_->digest(ns);
   std::unique_lock lock(mu_);
-  KVTIER_RETURN_IF_ERROR(make_room_locked(lock, entry_bytes(0)));
+  KVTIER_RETURN_IF_ERROR(make_room_locked(lock, entry_bytes(0), write_deadline()));
   const Reservation res = reserve_locked(key, ns_digest, 0, 0, kEntryTombstone);
   write_entry(res.dst, res.header, ByteView());
   auto chunks = copy_done_locked(res.region, res.offset);
@@ -560,7 +572,7 @@ Result<uint32_t> DiskTier::append(const Key128& key, uint16_t ns, ByteView paylo
   }
   const Key128 ns_digest = namespaces_->digest(ns);
   std::unique_lock lock(mu_);
-  KVTIER_RETURN_IF_ERROR(make_room_locked(lock, entry_bytes(payload.size())));
+  KVTIER_RETURN_IF_ERROR(make_room_locked(lock, entry_bytes(payload.size()), write_deadline()));
   // Reserve the space under mu_, copy outside it (the copy of a 1.5 MiB block
   // is most of an append's time; other appenders and readers go on).
   const Reservation res = reserve_locked(key, ns_digest, payload.size(), payload_crc);
@@ -641,16 +653,19 @@ std::vector<DiskTier::WriteChunk> DiskTier::copy_done_locked(uint32_t region, ui
   return chunks;
 }
 
-Status DiskTier::make_room_locked(std::unique_lock<std::mutex>& lock, uint64_t need) {
+Status DiskTier::make_room_locked(std::unique_lock<std::mutex>& lock, uint64_t need,
+                                  uint64_t deadline_ns) {
+  const Status too_slow = Status::timeout(
+      "disk tier: the device has not finished earlier writes in time; write refused");
   for (;;) {
     if (open_ >= 0 && regions_[open_].fill + need <= opts_.region_bytes) return Status::ok_status();
     if (opening_) {
-      cv_.wait(lock);
+      if (!wait_locked(lock, deadline_ns)) return too_slow;
       continue;
     }
     if (open_ >= 0) {
       if (!regions_[open_].copying.empty()) {  // its last appends are still copying in
-        cv_.wait(lock);
+        if (!wait_locked(lock, deadline_ns)) return too_slow;
         continue;
       }
       auto chunks = seal_open_locked();
@@ -660,7 +675,7 @@ Status DiskTier::make_room_locked(std::unique_lock<std::mutex>& lock, uint64_t n
       continue;
     }
     opening_ = true;
-    Status st = open_region_locked(lock);
+    Status st = open_region_locked(lock, deadline_ns);
     opening_ = false;
     cv_.notify_all();
     if (!st.ok()) return st;
@@ -747,8 +762,14 @@ void DiskTier::forget_region_locked(uint32_t region) {
   r.keys.clear();
 }
 
-Status DiskTier::open_region_locked(std::unique_lock<std::mutex>& lock) {
-  cv_.wait(lock, [&] { return !free_write_bufs_.empty(); });
+Status DiskTier::open_region_locked(std::unique_lock<std::mutex>& lock, uint64_t deadline_ns) {
+  // Every write buffer still flushing (a slow or hung device): wait, but not
+  // past the caller's deadline.
+  const Status too_slow = Status::timeout(
+      "disk tier: no write buffer came free in time (device writes pending); write refused");
+  while (free_write_bufs_.empty()) {
+    if (!wait_locked(lock, deadline_ns)) return too_slow;
+  }
 
   struct Hot {
     IndexRecord rec;
@@ -769,7 +790,7 @@ Status DiskTier::open_region_locked(std::unique_lock<std::mutex>& lock) {
     // Wait for the oldest region's writes; look again afterwards, since
     // reclaim_oldest() may have taken it meanwhile.
     if (regions_[id].state == Region::kFlushing) {
-      cv_.wait(lock);
+      if (!wait_locked(lock, deadline_ns)) return too_slow;
       continue;
     }
     fifo_.pop_front();
@@ -985,7 +1006,12 @@ Status DiskTier::flush() {
   std::unique_lock lock(mu_);
   // Appends that returned before this flush have finished their copies; wait
   // for those still copying into the open region so its write covers them.
-  cv_.wait(lock, [&] { return open_ < 0 || regions_[open_].copying.empty(); });
+  const uint64_t deadline = write_deadline();
+  const Status too_slow =
+      Status::timeout("disk tier: flush did not complete in time (device writes pending)");
+  while (open_ >= 0 && !regions_[open_].copying.empty()) {
+    if (!wait_locked(lock, deadline)) return too_slow;
+  }
   std::vector<WriteChunk> chunks;
   if (open_ >= 0) {
     Region& r = regions_[open_];
@@ -1002,12 +1028,15 @@ Status DiskTier::flush() {
   lock.unlock();
   submit_writes(std::move(chunks));
   lock.lock();
-  cv_.wait(lock, [&] {
+  auto done = [&] {
     for (auto [i, seq] : busy) {
       if (regions_[i].seq == seq && regions_[i].pending > 0) return false;
     }
     return true;
-  });
+  };
+  while (!done()) {
+    if (!wait_locked(lock, deadline)) return too_slow;
+  }
   lock.unlock();
   KVTIER_RETURN_IF_ERROR(dev_->flush_sync());
   if (c_->write_errors.load(kRelaxed) != errors_before) {
@@ -1070,6 +1099,7 @@ DiskTierStats DiskTier::stats() const {
   s.region_writes = c_->region_writes.load(kRelaxed);
   s.bytes_written = c_->bytes_written.load(kRelaxed);
   s.write_errors = c_->write_errors.load(kRelaxed);
+  s.write_timeouts = c_->write_timeouts.load(kRelaxed);
   s.reads = c_->reads.load(kRelaxed);
   s.bytes_read = c_->bytes_read.load(kRelaxed);
   s.buffer_reads = c_->buffer_reads.load(kRelaxed);

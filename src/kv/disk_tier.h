@@ -63,12 +63,17 @@ struct DiskTierOptions {
   // whose completions the kernel bounds (the NVMe driver's own timeout);
   // kNever always stages; kAlways also on other devices (tests).
   enum class DirectReads : uint8_t { kAuto, kNever, kAlways };
+  // How long an append (or flush) may wait for earlier writes to complete
+  // (every write buffer still flushing, e.g. a hung device) before it is
+  // refused with kTimeout (the store counts a kDiskError refusal).
+  uint64_t write_timeout_ms = 2000;
   DirectReads direct_reads = DirectReads::kAuto;
 };
 
 struct DiskTierStats {
   uint64_t appends = 0, bytes_appended = 0;
   uint64_t region_writes = 0, bytes_written = 0, write_errors = 0;
+  uint64_t write_timeouts = 0;  // appends/flushes refused: device writes pending too long
   uint64_t reads = 0, bytes_read = 0, buffer_reads = 0;
   uint64_t direct_reads = 0;  // of `reads`, those that went straight into the caller's buffer
   uint64_t read_corrupt = 0, read_io_errors = 0;
@@ -143,10 +148,14 @@ class DiskTier {
   uint64_t region_offset(uint32_t region) const;
 
   // All *_locked methods require mu_ held through `lock`.
-  Status make_room_locked(std::unique_lock<std::mutex>& lock, uint64_t need);
+  Status make_room_locked(std::unique_lock<std::mutex>& lock, uint64_t need, uint64_t deadline_ns);
+  // One bounded wait on cv_; false (and a counted write timeout) once the
+  // deadline has passed.
+  bool wait_locked(std::unique_lock<std::mutex>& lock, uint64_t deadline_ns);
+  uint64_t write_deadline() const;
   std::vector<WriteChunk> seal_open_locked();
   std::vector<WriteChunk> chunks_locked(uint32_t region, uint32_t from, uint32_t to);
-  Status open_region_locked(std::unique_lock<std::mutex>& lock);
+  Status open_region_locked(std::unique_lock<std::mutex>& lock, uint64_t deadline_ns);
   uint32_t append_locked(const Key128& key, const Key128& ns_digest, ByteView payload,
                          uint32_t crc);
   // Space for one entry in the open region, taken under mu_ and filled after.

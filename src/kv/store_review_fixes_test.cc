@@ -4,7 +4,9 @@
 // in disk_write_path_test.cc.)
 #include <gtest/gtest.h>
 
+#include "blk/faulty_device.h"
 #include "blk/mem_device.h"
+#include "common/clock.h"
 #include "kv/store.h"
 #include "kv/test_payload.h"
 
@@ -130,6 +132,43 @@ TEST(StoreReviewFixes, RemoveSurvivesACrashAndACleanRestart) {
     EXPECT_TRUE(r.has(4));
     EXPECT_TRUE(r.has(20));
   }
+}
+
+// A device that stops completing writes: appends wait for a free write
+// buffer only until the write deadline, then the put is refused (counted),
+// never blocked for as long as the device hangs.
+TEST(StoreReviewFixes, HungDeviceWritesAreRefusedAtTheDeadline) {
+  auto faulty = std::make_shared<blk::FaultyDevice>(std::make_shared<blk::MemDevice>(32 << 20));
+  auto o = review_options(faulty, 0);
+  o.disk.write_buffers = 2;
+  o.disk.write_timeout_ms = 150;
+  Opened s(o);
+  ASSERT_TRUE(s.put(1)->stored());
+  faulty->set_hang(true, std::chrono::seconds(30));
+  const uint64_t t0 = now_ns();
+  uint64_t refused = 0;
+  for (uint64_t i = 2; i < 80; ++i) {  // 5 MiB: more than both 1 MiB buffers
+    auto r = s.put(i);
+    ASSERT_TRUE(r.ok());
+    if (!r->stored()) {
+      EXPECT_EQ(r->refuse, RefuseReason::kDiskError);
+      ++refused;
+    }
+    if (refused == 3) break;
+  }
+  const uint64_t ms = (now_ns() - t0) / 1000000;
+  EXPECT_EQ(refused, 3u);
+  EXPECT_LT(ms, 3000u);  // three refusals of ~150 ms each, not the 30 s hang
+  EXPECT_GE(s.store->stats().disk.write_timeouts, 3u);
+  EXPECT_EQ(s.refusals(RefuseReason::kDiskError), 3u);
+  const Status fl = s.store->flush();  // bounded too
+  EXPECT_EQ(fl.code(), StatusCode::kTimeout);
+  // The device recovers: writes are accepted again.
+  faulty->set_hang(false);
+  faulty->release_hung();
+  for (uint64_t i = 200; i < 210; ++i) EXPECT_TRUE(s.put(i)->stored()) << i;
+  EXPECT_TRUE(s.store->flush().ok());
+  EXPECT_TRUE(s.has(205));
 }
 
 }  // namespace
