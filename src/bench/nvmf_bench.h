@@ -1,0 +1,34 @@
+// `kvtier bench nvmf`: kvtier's NVMe/TCP host against kvtier's target over
+// loopback on a RAM namespace. 128 KiB sequential reads and writes at a
+// queue depth (default 32) compared with a single-stream iperf3 run in the
+// same command (the physical limit of loopback TCP); 4 KiB random-read IOPS;
+// CPU seconds (host + target, one process) per GB moved.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace kvtier::bench {
+
+struct NvmfBenchOptions {
+  double seconds = 3;
+  uint32_t ram_mib = 512;
+  uint32_t queue_depth = 32;  // requests in flight (threads)
+  uint32_t io_queues = 4;
+  std::string iperf3 = "iperf3";
+  std::function<void(const std::string&)> progress;
+};
+
+struct NvmfBenchReport {
+  nlohmann::json figures;
+  nlohmann::json json() const { return figures; }
+  std::string table() const;
+};
+
+Result<NvmfBenchReport> run_nvmf_bench(const NvmfBenchOptions& options);
+
+}  // namespace kvtier::bench

@@ -1,0 +1,55 @@
+// `kvtier bench nvmf`: NVMe/TCP host against target over loopback vs iperf3.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+
+#include "bench/nvmf_bench.h"
+#include "tools/commands.h"
+
+namespace kvtier::tools {
+namespace {
+
+struct NvmfBenchCli {
+  bench::NvmfBenchOptions opts;
+  bool json = false;
+};
+
+void add_nvmf_bench(CLI::App& app) {
+  auto cli = std::make_shared<NvmfBenchCli>();
+  auto* c = bench_group(app)->add_subcommand(
+      "nvmf",
+      "kvtier NVMe/TCP host -> kvtier target over loopback on a RAM namespace: 128 KiB "
+      "sequential read/write at --qd vs a single-stream iperf3 run in the same command "
+      "(bar 0.7), 4 KiB random-read IOPS, CPU seconds per GB");
+  c->add_option("--seconds", cli->opts.seconds, "Length of each measurement")
+      ->capture_default_str()
+      ->check(CLI::Range(0.5, 600.0));
+  c->add_option("--ram-mib", cli->opts.ram_mib, "Size of the RAM namespace")
+      ->capture_default_str()
+      ->check(CLI::Range(64u, 65536u));
+  c->add_option("--qd", cli->opts.queue_depth, "Requests in flight")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 256u));
+  c->add_option("--io-queues", cli->opts.io_queues, "NVMe I/O queues (TCP connections)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 64u));
+  c->add_option("--iperf3", cli->opts.iperf3, "iperf3 binary")->capture_default_str();
+  c->add_flag("--json", cli->json, "Print one JSON object (ratios under keys ending in _ratio)");
+  c->callback([cli] {
+    cli->opts.progress = [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
+    auto rep = bench::run_nvmf_bench(cli->opts);
+    if (!rep.ok()) {
+      std::fprintf(stderr, "kvtier bench nvmf: %s\n", rep.status().to_string().c_str());
+      std::exit(1);
+    }
+    std::cout << (cli->json ? rep->json().dump(2) : rep->table()) << std::endl;
+    std::exit(0);
+  });
+}
+
+RegisterCommands reg(61, add_nvmf_bench);
+
+}  // namespace
+}  // namespace kvtier::tools
