@@ -62,4 +62,20 @@ struct Workload {
   }
 };
 
+// The study's prompt-length groups: <=32K, 32-64K, 64-96K and >96K tokens
+// (K = 1024; "<=32K" holds prompts of at most 32,768 tokens). The bounds are
+// multiplied by `length_scale` (a workload generated with shorter prompts
+// keeps the study's groups in real-token terms); labels stay the study's.
+std::vector<LengthGroup> study_length_groups(double length_scale = 1.0);
+
+// Index of the group holding `prompt_tokens` (the last group if none does).
+uint32_t length_group_of(const std::vector<LengthGroup>& groups, uint32_t prompt_tokens);
+
+// Sets TraceRequest::session, ::turn and ::length_group of every request from
+// the workload's layout and length groups (loaders call it last).
+void finalize_workload(Workload& w);
+
+// Records one skipped record under `reason`.
+void count_skipped(Workload& w, const std::string& reason, uint64_t n = 1);
+
 }  // namespace kvtier::bench

@@ -1,0 +1,170 @@
+// Loader of the Mooncake FAST'25 JSONL traces. The trace has no session ids,
+// so sessions are rebuilt from the block chains (rule below and in
+// docs/workloads.md).
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/trace_loaders.h"
+
+namespace kvtier::bench {
+namespace {
+
+constexpr uint32_t kMooncakeBlockTokens = 512;
+// A continuation must extend its parent by more than the one block every
+// conversation of the trace shares (block 0, a common system prompt).
+constexpr size_t kMinSessionPrefixBlocks = 2;
+
+struct Record {
+  double timestamp_ms = 0;
+  uint32_t input_length = 0;
+  uint32_t output_length = 0;
+  std::vector<uint64_t> full_blocks;  // hash ids of the full 512-token blocks
+  uint64_t line = 0;
+};
+
+// Why a line is unusable, or "" when it parsed.
+std::string parse_record(const std::string& line, Record* out) {
+  nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return "not valid JSON";
+  if (!j.is_object()) return "not a JSON object";
+  const auto ts = j.find("timestamp");
+  const auto in = j.find("input_length");
+  const auto outl = j.find("output_length");
+  const auto ids = j.find("hash_ids");
+  if (ts == j.end() || in == j.end() || outl == j.end() || ids == j.end()) {
+    return "missing field";
+  }
+  if (!ts->is_number() || !in->is_number_unsigned() || !outl->is_number_unsigned() ||
+      !ids->is_array()) {
+    return "mistyped field";
+  }
+  const double ts_ms = ts->get<double>();
+  if (!std::isfinite(ts_ms) || ts_ms < 0) return "negative or non-finite timestamp";
+  const uint64_t input = in->get<uint64_t>(), output = outl->get<uint64_t>();
+  if (input == 0) return "empty prompt (input_length 0)";
+  if (input > UINT32_MAX || output > UINT32_MAX) return "length out of range";
+  const uint64_t blocks = (input + kMooncakeBlockTokens - 1) / kMooncakeBlockTokens;
+  if (ids->size() != blocks) return "hash_ids length is not ceil(input_length / 512)";
+  out->timestamp_ms = ts_ms;
+  out->input_length = static_cast<uint32_t>(input);
+  out->output_length = static_cast<uint32_t>(output);
+  const size_t full = input / kMooncakeBlockTokens;
+  out->full_blocks.clear();
+  out->full_blocks.reserve(full);
+  for (size_t i = 0; i < ids->size(); ++i) {
+    if (!(*ids)[i].is_number_unsigned()) return "hash id not a non-negative integer";
+    if (i < full) out->full_blocks.push_back((*ids)[i].get<uint64_t>());
+  }
+  return "";
+}
+
+// 64-bit hash of a block-id prefix, extended one id at a time.
+uint64_t extend_hash(uint64_t h, uint64_t id) {
+  h ^= id + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  h *= 0xff51afd7ed558ccdull;
+  return h ^ (h >> 33);
+}
+
+}  // namespace
+
+Result<Workload> load_mooncake_trace(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return Status::not_found("cannot open Mooncake trace '" + path + "': " + std::strerror(errno));
+  }
+  Workload w;
+  w.name =
+      "mooncake:" +
+      path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
+  w.block_tokens = kMooncakeBlockTokens;
+  w.length_groups = study_length_groups();
+
+  std::vector<Record> records;
+  std::string line;
+  uint64_t line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank: not a record
+    ++w.records_read;
+    Record r;
+    r.line = line_no;
+    const std::string why = parse_record(line, &r);
+    if (!why.empty()) {
+      count_skipped(w, why);
+      continue;
+    }
+    records.push_back(std::move(r));
+  }
+  if (in.bad()) return Status::io_error("error reading Mooncake trace '" + path + "'");
+  if (records.empty()) {
+    return Status::invalid_argument("Mooncake trace '" + path + "' has no usable record (" +
+                                    std::to_string(w.records_read) + " read, " +
+                                    std::to_string(w.records_skipped) + " skipped)");
+  }
+  // Replay order is arrival order (the published files are already sorted;
+  // ties keep file order).
+  std::stable_sort(records.begin(), records.end(), [](const Record& a, const Record& b) {
+    return a.timestamp_ms < b.timestamp_ms;
+  });
+  const double t0 = records.front().timestamp_ms;
+
+  // Session rule: a request continues the session whose last request's full
+  // blocks (at least kMinSessionPrefixBlocks of them) are a prefix of its own
+  // full blocks, taking the longest such prefix. A request whose parent
+  // already has a continuation starts a new session (a fork), so every
+  // session stays one chain of turns. `tails` maps the prefix hash of each
+  // session's last request to that session.
+  // Sessions whose last request has a given prefix hash, oldest first;
+  // among equal candidates the most recent one wins.
+  std::unordered_map<uint64_t, std::vector<uint32_t>> tails;
+  std::vector<uint64_t> prefix_hash;
+  for (auto& r : records) {
+    prefix_hash.resize(r.full_blocks.size() + 1);
+    prefix_hash[0] = 0;
+    for (size_t i = 0; i < r.full_blocks.size(); ++i) {
+      prefix_hash[i + 1] = extend_hash(prefix_hash[i], r.full_blocks[i]);
+    }
+    int64_t session = -1;
+    for (size_t k = r.full_blocks.size(); k >= kMinSessionPrefixBlocks && session < 0; --k) {
+      auto found = tails.find(prefix_hash[k]);
+      if (found == tails.end()) continue;
+      auto& candidates = found->second;
+      for (size_t c = candidates.size(); c-- > 0;) {
+        const auto& prev = w.sessions[candidates[c]].turns.back();
+        if (prev.block_ids.size() == k && prev.prompt_tokens < r.input_length &&
+            std::equal(prev.block_ids.begin(), prev.block_ids.end(), r.full_blocks.begin())) {
+          session = candidates[c];
+          candidates.erase(candidates.begin() + static_cast<std::ptrdiff_t>(c));
+          break;
+        }
+      }
+    }
+    TraceRequest req;
+    req.prompt_tokens = r.input_length;
+    req.output_tokens = r.output_length;
+    req.arrival_s = (r.timestamp_ms - t0) / 1000.0;
+    req.block_ids = std::move(r.full_blocks);
+    if (session < 0) {
+      session = static_cast<int64_t>(w.sessions.size());
+      w.sessions.emplace_back();
+    } else {
+      req.gap_s = req.arrival_s - w.sessions[session].turns.back().arrival_s;
+    }
+    if (req.block_ids.size() >= kMinSessionPrefixBlocks) {
+      tails[prefix_hash[req.block_ids.size()]].push_back(static_cast<uint32_t>(session));
+    }
+    w.sessions[session].turns.push_back(std::move(req));
+  }
+  finalize_workload(w);
+  return w;
+}
+
+}  // namespace kvtier::bench
