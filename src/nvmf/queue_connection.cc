@@ -498,10 +498,15 @@ Status QueueConnection::io(const Sqe& sqe, std::vector<uint8_t>& data) {
       }
       if (opc == 0x02) {
         if (sgl_type(sqe) != kSglTransport) return complete(cid, {kScSglTypeInvalid});
-        AlignedBuffer buf(bytes, std::max<size_t>(dev.buffer_alignment(), 4096));
-        Status st = dev.read_sync(slba * bs, buf.view());
+        // One read buffer per queue, grown on demand: no allocation per read.
+        if (read_buf_.size() < bytes) {
+          read_buf_ = AlignedBuffer(state_.config().max_transfer,
+                                    std::max<size_t>(dev.buffer_alignment(), 4096));
+        }
+        const MutableByteView buf = read_buf_.subview(0, bytes);
+        Status st = dev.read_sync(slba * bs, buf);
         if (!st.ok()) return complete(cid, {kScInternal});
-        return send_data_and_complete(cid, buf.view(), uint32_t(bytes), {kScSuccess});
+        return send_data_and_complete(cid, buf, uint32_t(bytes), {kScSuccess});
       }
       if (!data.empty()) {  // in-capsule write
         AlignedBuffer buf(bytes, std::max<size_t>(dev.buffer_alignment(), 4096));

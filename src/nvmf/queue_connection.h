@@ -82,6 +82,7 @@ class QueueConnection : public Closable {
   std::shared_ptr<Controller> ctrl_;
   std::map<uint16_t, PendingWrite> pending_;  // by TTAG
   uint16_t next_ttag_ = 0;
+  AlignedBuffer read_buf_;  // reused by every read on this queue
 };
 
 }  // namespace kvtier::nvmf
