@@ -1,0 +1,286 @@
+// `kvtier bench study`: the study's benchmark (the main job). Replays a
+// workload through the six service configurations under the short- and
+// long-reuse protocols and prints the study's tables (or one JSON object),
+// optionally writing a report folder with plots.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include "bench/session_scheduler.h"
+#include "bench/study_driver.h"
+#include "bench/synthetic_workload.h"
+#include "bench/trace_loaders.h"
+#include "tools/commands.h"
+
+namespace kvtier::tools {
+
+namespace {
+
+struct StudyCli {
+  bench::StudyRunOptions run;
+  std::string profile = "h100-qwen3-coder-30b-scaled";
+  std::string protocol = "both";
+  std::string cases = "ABCDEF";
+  std::string trace;
+  std::string report_dir;
+  std::string plot_script;
+  uint32_t sessions = 256;
+  double ram_gib = 256;
+  double disk_tib = 3;
+  uint32_t active_sessions = 16;
+  uint32_t min_other = 128;
+  uint32_t fleet_sessions = 12;
+  bool fleet_steady = false;
+  double fleet_pause_s = 0;
+  bool json = false;
+  bool quiet = false;
+};
+
+// The plotting script: $KVTIER_PLOT_SCRIPT, else scripts/plot_study.py next
+// to the source tree the binary was built in (build/src/tools/kvtier), else
+// under the working directory.
+std::string find_plot_script() {
+  if (const char* env = std::getenv("KVTIER_PLOT_SCRIPT")) return env;
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (auto dir = exe.parent_path(); !dir.empty() && dir != dir.root_path();
+         dir = dir.parent_path()) {
+      const auto p = dir / "scripts" / "plot_study.py";
+      if (std::filesystem::exists(p)) return p.string();
+    }
+  }
+  if (std::filesystem::exists("scripts/plot_study.py")) return "scripts/plot_study.py";
+  return "";
+}
+
+Result<bench::Workload> load_workload(const StudyCli& cli, const engine::EngineProfile& p) {
+  if (cli.trace.empty()) {
+    bench::SyntheticWorkloadOptions so;
+    so.sessions = cli.sessions;
+    so.length_scale = p.token_scale;
+    so.seed = cli.run.study.seed;
+    return bench::make_synthetic_agentic_workload(so);
+  }
+  const auto colon = cli.trace.find(':');
+  if (colon == std::string::npos) {
+    return Status::invalid_argument("--trace takes mooncake:FILE or agent:DIR");
+  }
+  const std::string kind = cli.trace.substr(0, colon), path = cli.trace.substr(colon + 1);
+  if (kind == "mooncake") return bench::load_mooncake_trace(path);
+  if (kind == "agent") return bench::load_agent_session_traces(path);
+  return Status::invalid_argument("unknown trace kind '" + kind + "' (mooncake or agent)");
+}
+
+void draw_progress(const bench::StudyProgress& sp) {
+  const double frac =
+      (static_cast<double>(sp.run_index) +
+       (sp.total ? static_cast<double>(sp.done) / static_cast<double>(sp.total) : 0.0)) /
+      static_cast<double>(sp.run_count ? sp.run_count : 1);
+  const int width = 30;
+  const int filled = static_cast<int>(frac * width);
+  std::string bar(static_cast<size_t>(filled), '#');
+  bar.resize(width, '.');
+  std::fprintf(stderr, "\r[%s] %5.1f%%  %s case %s  %llu/%llu requests   ", bar.c_str(), 100 * frac,
+               sp.protocol.c_str(), bench::case_spec(sp.id).letter,
+               static_cast<unsigned long long>(sp.done), static_cast<unsigned long long>(sp.total));
+  std::fflush(stderr);
+}
+
+int run_study_cli(StudyCli cli) {
+  auto profile = engine::find_engine_profile(cli.profile);
+  if (!profile) {
+    std::fprintf(stderr, "kvtier bench study: unknown profile '%s'; known:", cli.profile.c_str());
+    for (const auto& p : engine::builtin_engine_profiles()) {
+      std::fprintf(stderr, " %s", p.name.c_str());
+    }
+    std::fprintf(stderr, "\n");
+    return 2;
+  }
+  auto& o = cli.run;
+  o.study.profile = *profile;
+  o.study.ram_bytes = static_cast<uint64_t>(cli.ram_gib * (1ull << 30));
+  o.study.disk_bytes = static_cast<uint64_t>(cli.disk_tib * (1ull << 40));
+  o.cases.clear();
+  for (char ch : cli.cases) {
+    bench::StudyCase c;
+    if (!bench::parse_study_case(std::string(1, ch), &c)) {
+      std::fprintf(stderr, "kvtier bench study: unknown case '%c' (A-F)\n", ch);
+      return 2;
+    }
+    o.cases.push_back(c);
+  }
+  if (cli.protocol == "both") {
+    o.protocols = {"short-reuse", "long-reuse"};
+  } else if (cli.protocol == "short" || cli.protocol == "long" || cli.protocol == "fleet") {
+    o.protocols = {cli.protocol == "fleet" ? "fleet" : cli.protocol + "-reuse"};
+  } else {
+    std::fprintf(stderr, "kvtier bench study: --protocol is short, long, both or fleet\n");
+    return 2;
+  }
+  if (!cli.report_dir.empty() && cli.report_dir.find('\'') != std::string::npos) {
+    std::fprintf(stderr, "kvtier bench study: --report must not contain a quote\n");
+    return 2;
+  }
+  std::fprintf(stderr, "kvtier bench study: preparing the workload...\n");
+  auto w = load_workload(cli, *profile);
+  if (!w.ok()) {
+    std::fprintf(stderr, "kvtier bench study: %s\n", w.status().to_string().c_str());
+    return 1;
+  }
+  std::fprintf(
+      stderr, "workload %s: %zu sessions, %llu requests (%llu records read, %llu skipped)\n",
+      w->name.c_str(), w->sessions.size(), static_cast<unsigned long long>(w->request_count()),
+      static_cast<unsigned long long>(w->records_read),
+      static_cast<unsigned long long>(w->records_skipped));
+  if (!cli.trace.empty() && profile->token_scale != 1.0 && w->block_tokens > 0) {
+    // A trace has real token counts: keep them (token scale 1) and shrink
+    // only the stored bytes, to 32 KiB per block as in the synthetic run;
+    // the byte scale follows (docs/study.md, "Scaling rule").
+    profile->token_scale = 1.0;
+    profile->stored_kv_bytes_per_token = std::max<uint64_t>(64, 32768 / w->block_tokens);
+    o.study.profile = *profile;
+    std::fprintf(stderr, "trace: token scale 1, %llu stored bytes per token, byte scale %.0f\n",
+                 static_cast<unsigned long long>(profile->stored_kv_bytes_per_token),
+                 profile->byte_scale());
+  }
+  const uint64_t seed = o.study.seed;
+  bench::SchedulerFactory factory =
+      [&](const bench::Workload& wl,
+          const std::string& proto) -> Result<std::unique_ptr<bench::SessionScheduler>> {
+    if (proto == "short-reuse") {
+      bench::ShortReuseOptions so;
+      so.active_sessions = cli.active_sessions;
+      so.seed = seed;
+      return bench::make_short_reuse(wl, so);
+    }
+    if (proto == "long-reuse") {
+      bench::LongReuseOptions lo;
+      lo.min_other_completions = cli.min_other;
+      lo.target_in_flight = cli.run.study.max_in_flight;
+      lo.seed = seed;
+      return bench::make_long_reuse(wl, lo);
+    }
+    bench::FleetOptions fo;
+    fo.concurrent_sessions = cli.fleet_sessions;
+    fo.steady_state = cli.fleet_steady;
+    fo.pause_s = cli.fleet_pause_s;
+    fo.seed = seed;
+    return bench::make_fleet(wl, fo);
+  };
+  auto report = bench::run_study(*w, o, factory, [&](const bench::StudyProgress& sp) {
+    if (!cli.quiet) draw_progress(sp);
+  });
+  if (!cli.quiet) std::fprintf(stderr, "\n");
+  if (!report.ok()) {
+    std::fprintf(stderr, "kvtier bench study: %s\n", report.status().to_string().c_str());
+    return 1;
+  }
+  int rc = 0;
+  if (!cli.report_dir.empty()) {
+    const std::string script = cli.plot_script.empty() ? find_plot_script() : cli.plot_script;
+    if (script.empty()) {
+      std::fprintf(stderr, "kvtier bench study: scripts/plot_study.py not found; no plots\n");
+    }
+    auto st = bench::write_study_report(*report, cli.report_dir, script);
+    if (!st.ok()) {
+      std::fprintf(stderr, "kvtier bench study: %s\n", st.to_string().c_str());
+      rc = 1;
+    } else {
+      std::fprintf(stderr, "report written to %s\n", cli.report_dir.c_str());
+    }
+  }
+  if (cli.json) {
+    std::cout << report->json().dump(2) << std::endl;
+  } else {
+    std::cout << report->markdown() << std::endl;
+  }
+  return rc;
+}
+
+void add_study_bench_command(CLI::App& app) {
+  auto* bench = bench_group(app);
+  auto cli = std::make_shared<StudyCli>();
+  auto* cmd = bench->add_subcommand(
+      "study",
+      "The study's benchmark: replay agent sessions through the six configurations (A recompute, "
+      "B local prefix cache, C shared RAM, D RAM + local NVMe, E RAM + remote NVMe over NVMe/TCP, "
+      "F direct volume reads) under short- and long-reuse protocols. A discrete-event run: GPU "
+      "time is modeled, every store operation really runs (real bytes, O_DIRECT volume files) and "
+      "its wall time x the profile's byte scale is charged to the virtual clock. Prints the "
+      "study's tables 6, 7 and 9 (see docs/study.md)");
+  cmd->add_option("--profile", cli->profile,
+                  "Engine profile: h100-qwen3-coder-30b-scaled (for small machines) or "
+                  "h100-qwen3-coder-30b (unscaled: 96 KiB stored per token)")
+      ->capture_default_str();
+  cmd->add_option("--protocol", cli->protocol, "short, long, both, or fleet")
+      ->capture_default_str();
+  cmd->add_option("--cases", cli->cases, "Cases to run, letters A-F")->capture_default_str();
+  cmd->add_option("--sessions", cli->sessions,
+                  "Sessions of the built-in synthetic agentic workload")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100000u));
+  cmd->add_option("--trace", cli->trace,
+                  "Replay a real trace instead: mooncake:FILE (FAST'25 JSONL) or agent:DIR "
+                  "(kv-cache-tester session JSON)");
+  cmd->add_option("--active-sessions", cli->active_sessions, "Short reuse: sessions active at once")
+      ->capture_default_str();
+  cmd->add_option("--min-other", cli->min_other,
+                  "Long reuse: other requests that must complete before a session's next turn")
+      ->capture_default_str();
+  cmd->add_option("--fleet-sessions", cli->fleet_sessions, "Fleet: concurrent sessions")
+      ->capture_default_str();
+  cmd->add_flag("--fleet-steady", cli->fleet_steady, "Fleet: steady state instead of batch");
+  cmd->add_option("--fleet-pause", cli->fleet_pause_s, "Fleet: pause between turns, seconds")
+      ->capture_default_str();
+  cmd->add_option("--prefill", cli->run.study.prefill_replicas, "Prefill replicas")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 64u));
+  cmd->add_option("--decode", cli->run.study.decode_replicas, "Decode replicas")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 64u));
+  cmd->add_option("--max-in-flight", cli->run.study.max_in_flight, "Requests in flight at most")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 4096u));
+  cmd->add_option("--spill-margin", cli->run.study.spill_margin_tokens,
+                  "Soft-sticky routing: queued tokens by which the preferred prefill may trail "
+                  "the best before a turn spills")
+      ->capture_default_str();
+  cmd->add_option("--hbm-tokens", cli->run.study.hbm_pool_tokens,
+                  "Local HBM prefix pool per prefill replica, deployment tokens (0: the "
+                  "profile's: 166512, the study's vLLM figure for one H100)")
+      ->capture_default_str();
+  cmd->add_option("--ram-gib", cli->ram_gib,
+                  "Shared RAM tier, deployment GiB (divided by the byte scale for the run)")
+      ->capture_default_str();
+  cmd->add_option("--disk-tib", cli->disk_tib,
+                  "Disk tier, deployment TiB (divided by the byte scale; two volume files, RAID0)")
+      ->capture_default_str();
+  cmd->add_option("--volume-dir", cli->run.study.volume_dir,
+                  "Directory for the volume files (O_DIRECT capable, not tmpfs); removed after")
+      ->capture_default_str();
+  cmd->add_option("--seed", cli->run.study.seed, "Seed of the workload and the schedulers")
+      ->capture_default_str();
+  cmd->add_option("--report", cli->report_dir,
+                  "Write report.md, results.json and the PNG plots into this directory");
+  cmd->add_option("--plot-script", cli->plot_script,
+                  "Plotting script (default: scripts/plot_study.py of the source tree)");
+  cmd->add_flag(
+      "--no-limits", [cli](int64_t) { cli->run.measure_limits = false; },
+      "Skip the memcpy and fio measurements");
+  cmd->add_flag("--quiet", cli->quiet, "No progress bar");
+  cmd->add_flag(
+      "--json", cli->json,
+      "Print one JSON object (every ratio under a key ending in _ratio) instead of the tables");
+  cmd->callback([cli] { std::exit(run_study_cli(*cli)); });
+}
+
+const RegisterCommands kRegisterStudyBench{110, add_study_bench_command};
+
+}  // namespace
+
+}  // namespace kvtier::tools

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Checks the expected shape of a `kvtier bench study --json` run (read from stdin
+or the file given). Exits non-zero, saying which rule failed, when the shape is
+wrong. The rules (issue: the serving testbed and the study's benchmark):
+
+  short reuse: C and D (and E when available) far above A and B in throughput,
+               and within a few percent of each other;
+  long reuse:  D (and E) clearly above C and B; F at least as good as D.
+
+The long-reuse rules only hold where a load from the volume is cheaper than
+recomputation, i.e. the store's measured disk load rate is above the rate at
+which the modeled GPU regenerates KV. Where it is not (a slow disk, or an
+unscaled fast GPU profile), the long-reuse rules are reported, not enforced,
+unless --strict is given; the run prints why.
+"""
+import json
+import sys
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    strict = "--strict" in sys.argv
+    text = open(args[0]).read() if args else sys.stdin.read()
+    start = text.find("{")
+    r = json.loads(text[start:])
+    failures = []
+
+    def thr(proto, case):
+        c = r["protocols"][proto].get(case, {})
+        return c.get("throughput_rps") if c.get("available") else None
+
+    s = "short-reuse"
+    if s in r["protocols"]:
+        a, b, c, d, e = (thr(s, x) for x in "ABCDE")
+        for name, v in (("C", c), ("D", d), ("E", e)):
+            if v is None:
+                continue
+            if not v > 1.25 * a:
+                failures.append(f"short reuse: {name} {v:.4f} req/s not far above A {a:.4f}")
+            if not v > 1.1 * b:
+                failures.append(f"short reuse: {name} {v:.4f} req/s not far above B {b:.4f}")
+        tied = [v for v in (c, d, e) if v is not None]
+        if len(tied) >= 2 and (max(tied) - min(tied)) / max(tied) > 0.10:
+            failures.append(f"short reuse: C/D/E not within 10% of each other: {tied}")
+        for case, v in r["protocols"][s].items():
+            if v.get("available") and v.get("verify_failures", 0) != 0:
+                failures.append(f"short reuse: {case} served wrong bytes")
+
+    lr = "long-reuse"
+    if lr in r["protocols"]:
+        b, c, d, e, f = (thr(lr, x) for x in "BCDEF")
+        disk = r["protocols"][lr].get("D", {})
+        rate = disk.get("store_load_bytes_per_s", 0)
+        recompute = r["limits"]["recompute_kv_bytes_per_s"]
+        cheap = rate > recompute
+        soft = []
+        for name, v in (("D", d), ("E", e)):
+            if v is None:
+                continue
+            if not v > 1.05 * c:
+                soft.append(f"long reuse: {name} {v:.4f} req/s not clearly above C {c:.4f}")
+            if not v > 1.05 * b:
+                soft.append(f"long reuse: {name} {v:.4f} req/s not clearly above B {b:.4f}")
+        if f is not None and d is not None and not f >= 0.97 * d:
+            soft.append(f"long reuse: F {f:.4f} req/s below D {d:.4f}")
+        if disk.get("store_hit_share", 0) <= r["protocols"][lr]["C"].get("store_hit_share", 0):
+            failures.append("long reuse: D's store serves no more than C's (disk tier unused)")
+        if cheap or strict:
+            failures += soft
+        elif soft:
+            print(f"long reuse: the store loaded from disk at {rate / 1e9:.2f} GB/s, below the "
+                  f"{recompute / 1e9:.2f} GB/s at which the modeled GPU regenerates KV, so "
+                  "disk-served prefixes cannot beat recomputation on this machine; not "
+                  "enforced:\n  " + "\n  ".join(soft), file=sys.stderr)
+    for f_ in failures:
+        print("SHAPE FAILURE: " + f_)
+    if failures:
+        return 1
+    print("study shape OK")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
