@@ -1,0 +1,395 @@
+// `kvtier blk ...`: a thin gRPC client of kvtier-blockd (src/blockd/
+// blockd.proto). Each subcommand is one RPC; results print as a table, or
+// with --json as the reply message in JSON. Errors print the daemon's
+// message and exit 1.
+#include <fmt/format.h>
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "blockd.grpc.pb.h"
+#include "tools/commands.h"
+
+namespace kvtier::tools {
+
+namespace {
+
+namespace v1 = kvtier::blockd::v1;
+
+struct BlkCli {
+  std::string server = "127.0.0.1:7450";
+  bool json = false;
+  double timeout_s = 30;
+  // Shared fields of the subcommands.
+  std::string name, path, level, parent, device, file;
+  std::vector<std::string> members;
+  double size_mib = 0, offset_mib = 0, length_mib = 0;
+  uint64_t offset = 0, length = 0;
+  uint32_t strip_kib = 64, copies = 2, slot = 0;
+  bool buffered = false;
+  v1::Qos qos;
+  uint64_t read_iops = 0, write_iops = 0, total_iops = 0;
+  double read_mbps = 0, write_mbps = 0, total_mbps = 0, burst_s = 0.1;
+};
+
+std::unique_ptr<v1::BlockDaemon::Stub> stub(const BlkCli& c) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(8 << 20);
+  args.SetMaxSendMessageSize(8 << 20);
+  return v1::BlockDaemon::NewStub(
+      grpc::CreateCustomChannel(c.server, grpc::InsecureChannelCredentials(), args));
+}
+
+void set_deadline(grpc::ClientContext& ctx, const BlkCli& c) {
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(static_cast<int64_t>(c.timeout_s * 1000)));
+}
+
+const char* code_name(grpc::StatusCode c) {
+  switch (c) {
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return "invalid argument";
+    case grpc::StatusCode::NOT_FOUND:
+      return "not found";
+    case grpc::StatusCode::ALREADY_EXISTS:
+      return "already exists";
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return "failed precondition";
+    case grpc::StatusCode::UNAVAILABLE:
+      return "unavailable";
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return "permission denied";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "deadline exceeded";
+    case grpc::StatusCode::DATA_LOSS:
+      return "data loss";
+    default:
+      return "error";
+  }
+}
+
+int fail(const grpc::Status& st) {
+  std::fprintf(stderr, "kvtier blk: %s: %s\n", code_name(st.error_code()),
+               st.error_message().c_str());
+  return 1;
+}
+
+std::string to_json(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.add_whitespace = true;
+  o.always_print_primitive_fields = true;
+  o.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  return out;
+}
+
+std::string human_bytes(uint64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return fmt::format("{:.1f} {}", v, units[u]);
+}
+
+void print_volume(const v1::Volume& v) {
+  std::cout << fmt::format("volume    {}\nkind      {}\nstate     {}\ncapacity  {} ({} bytes)\n",
+                           v.name(), v.kind(), v.state(), human_bytes(v.capacity_bytes()),
+                           v.capacity_bytes());
+  if (!v.path().empty()) std::cout << "path      " << v.path() << "\n";
+  if (!v.parent().empty()) {
+    std::cout << fmt::format("parent    {} at offset {}\n", v.parent(), v.offset_bytes());
+  }
+  if (!v.uuid().empty()) std::cout << "uuid      " << v.uuid() << "\n";
+  if (v.strip_bytes()) std::cout << "strip     " << human_bytes(v.strip_bytes()) << "\n";
+  if (v.state() == "rebuilding") {
+    std::cout << fmt::format("rebuild   {} of {} rows\n", v.rebuild_rows_done(), v.rows());
+  }
+  if (!v.used_by().empty()) std::cout << "used by   " << v.used_by() << "\n";
+  const auto& q = v.qos();
+  if (q.read_iops() || q.write_iops() || q.total_iops() || q.read_bps() || q.write_bps() ||
+      q.total_bps()) {
+    std::cout << fmt::format(
+        "qos       read {} IOPS / {} B/s, write {} IOPS / {} B/s, total {} IOPS / {} B/s, burst "
+        "{} s (0 = unlimited)\n",
+        q.read_iops(), q.read_bps(), q.write_iops(), q.write_bps(), q.total_iops(), q.total_bps(),
+        q.burst_seconds());
+  }
+  if (v.members_size() > 0) {
+    std::cout << fmt::format("\n{:<5} {:<20} {:<11} {:>11} {:>12}\n", "slot", "device", "state",
+                             "read errs", "write errs");
+    for (const auto& m : v.members()) {
+      std::cout << fmt::format("{:<5} {:<20} {:<11} {:>11} {:>12}\n", m.slot(), m.device(),
+                               m.state(), m.read_errors(), m.write_errors());
+    }
+  }
+  const auto& s = v.stats();
+  std::cout << fmt::format(
+      "\nreads {} ({}), writes {} ({}), errors {}\nread latency p50 {:.1f} us p99 {:.1f} us, "
+      "write latency p50 {:.1f} us p99 {:.1f} us\n",
+      s.reads(), human_bytes(s.bytes_read()), s.writes(), human_bytes(s.bytes_written()),
+      s.errors(), s.read_p50_us(), s.read_p99_us(), s.write_p50_us(), s.write_p99_us());
+}
+
+int print_reply(const BlkCli& c, const grpc::Status& st, const v1::Volume& v) {
+  if (!st.ok()) return fail(st);
+  if (c.json) {
+    std::cout << to_json(v) << std::endl;
+  } else {
+    print_volume(v);
+  }
+  return 0;
+}
+
+uint64_t mib(double v) { return static_cast<uint64_t>(v * (1 << 20)); }
+
+void add_common(CLI::App* cmd, BlkCli* c) {
+  cmd->add_option("--server", c->server, "kvtier-blockd gRPC address")->capture_default_str();
+  cmd->add_flag("--json", c->json, "Print the reply as JSON instead of a table");
+  cmd->add_option("--timeout", c->timeout_s, "Seconds to wait for the daemon")
+      ->capture_default_str();
+}
+
+void add_blk_commands(CLI::App& root) {
+  auto* blk = root.add_subcommand(
+      "blk", "Manage kvtier-blockd (volumes, RAID arrays, partitions, QoS) over its gRPC API");
+  blk->require_subcommand(1);
+  auto c = std::make_shared<BlkCli>();
+
+  auto* cf = blk->add_subcommand("create-file", "Add a file or block device as a volume");
+  cf->add_option("name", c->name, "Volume name")->required();
+  cf->add_option("--path", c->path, "File or block device")->required();
+  cf->add_option("--size-mib", c->size_mib, "Create or extend a regular file to this size");
+  cf->add_flag("--buffered", c->buffered, "Open without O_DIRECT (e.g. on tmpfs)");
+  add_common(cf, c.get());
+  cf->callback([c] {
+    v1::CreateFileRequest r;
+    r.set_name(c->name);
+    r.set_path(c->path);
+    r.set_size_bytes(mib(c->size_mib));
+    r.set_buffered(c->buffered);
+    grpc::ClientContext ctx;
+    set_deadline(ctx, *c);
+    v1::Volume v;
+    std::exit(print_reply(*c, stub(*c)->CreateFile(&ctx, r, &v), v));
+  });
+
+  auto* cm = blk->add_subcommand("create-mem", "Add a RAM volume (for tests; empty after restart)");
+  cm->add_option("name", c->name, "Volume name")->required();
+  cm->add_option("--size-mib", c->size_mib, "Size")->required();
+  add_common(cm, c.get());
+  cm->callback([c] {
+    v1::CreateMemRequest r;
+    r.set_name(c->name);
+    r.set_size_bytes(mib(c->size_mib));
+    grpc::ClientContext ctx;
+    set_deadline(ctx, *c);
+    v1::Volume v;
+    std::exit(print_reply(*c, stub(*c)->CreateMem(&ctx, r, &v), v));
+  });
+
+  auto* ca = blk->add_subcommand("create-array", "Build a RAID array from unused volumes");
+  ca->add_option("name", c->name, "Array name")->required();
+  ca->add_option("--level", c->level, "raid0, raid1, raid5, raid6 or raid10")->required();
+  ca->add_option("--member", c->members, "Member volume, in slot order (repeat)")->required();
+  ca->add_option("--strip-kib", c->strip_kib, "Strip size")->capture_default_str();
+  ca->add_option("--copies", c->copies, "raid10: members per mirror group")->capture_default_str();
+  add_common(ca, c.get());
+  ca->callback([c] {
+    v1::CreateArrayRequest r;
+    r.set_name(c->name);
+    r.set_level(c->level);
+    for (const auto& m : c->members) r.add_members(m);
+    r.set_strip_bytes(static_cast<uint64_t>(c->strip_kib) * 1024);
+    r.set_copies(c->copies);
+    grpc::ClientContext ctx;
+    set_deadline(ctx, *c);
+    v1::Volume v;
+    std::exit(print_reply(*c, stub(*c)->CreateArray(&ctx, r, &v), v));
+  });
+
+  auto* cp = blk->add_subcommand("create-partition", "Carve a byte range of a volume");
+  cp->add_option("name", c->name, "Partition name")->required();
+  cp->add_option("--parent", c->parent, "Volume to carve")->required();
+  cp->add_option("--offset-mib", c->offset_mib, "Start")->capture_default_str();
+  cp->add_option("--length-mib", c->length_mib, "Length")->required();
+  add_common(cp, c.get());
+  cp->callback([c] {
+    v1::CreatePartitionRequest r;
+    r.set_name(c->name);
+    r.set_parent(c->parent);
+    r.set_offset_bytes(mib(c->offset_mib));
+    r.set_length_bytes(mib(c->length_mib));
+    grpc::ClientContext ctx;
+    set_deadline(ctx, *c);
+    v1::Volume v;
+    std::exit(print_reply(*c, stub(*c)->CreatePartition(&ctx, r, &v), v));
+  });
+
+  auto* del = blk->add_subcommand("delete", "Remove a volume nothing is built on");
+  del->add_option("name", c->name, "Volume name")->required();
+  add_common(del, c.get());
+  del->callback([c] {
+    v1::VolumeRef r;
+    r.set_name(c->name);
+    grpc::ClientContext ctx;
+    set_deadline(ctx, *c);
+    v1::Volume v;
+    std::exit(print_reply(*c, stub(*c)->Delete(&ctx, r, &v), v));
+  });
+
+  auto* rep =
+      blk->add_subcommand("replace", "Put an unused volume in a failed member's slot and rebuild");
+  rep->add_option("array", c->name, "Array name")->required();
+  rep->add_option("--slot", c->slot, "Member slot")->required();
+  rep->add_option("--device", c->device, "Replacement volume")->required();
+  add_common(rep, c.get());
+  rep->callback([c] {
+    v1::ReplaceMemberRequest r;
+    r.set_array(c->name);
+    r.set_slot(c->slot);
+    r.set_device(c->device);
+    grpc::ClientContext ctx;
+    set_deadline(ctx, *c);
+    v1::Volume v;
+    std::exit(print_reply(*c, stub(*c)->ReplaceMember(&ctx, r, &v), v));
+  });
+
+  auto* fm = blk->add_subcommand("fail-member", "Take a member out of its array");
+  fm->add_option("array", c->name, "Array name")->required();
+  fm->add_option("--slot", c->slot, "Member slot")->required();
+  add_common(fm, c.get());
+  fm->callback([c] {
+    v1::FailMemberRequest r;
+    r.set_array(c->name);
+    r.set_slot(c->slot);
+    grpc::ClientContext ctx;
+    set_deadline(ctx, *c);
+    v1::Volume v;
+    std::exit(print_reply(*c, stub(*c)->FailMember(&ctx, r, &v), v));
+  });
+
+  auto* qos = blk->add_subcommand("qos", "Set a volume's limits (0 or absent = unlimited)");
+  qos->add_option("name", c->name, "Volume name")->required();
+  qos->add_option("--read-iops", c->read_iops, "Read IOPS");
+  qos->add_option("--write-iops", c->write_iops, "Write IOPS");
+  qos->add_option("--total-iops", c->total_iops, "Reads and writes together");
+  qos->add_option("--read-mbps", c->read_mbps, "Read MB/s (10^6 bytes)");
+  qos->add_option("--write-mbps", c->write_mbps, "Write MB/s");
+  qos->add_option("--total-mbps", c->total_mbps, "Reads and writes together, MB/s");
+  qos->add_option("--burst", c->burst_s, "Burst, in seconds of each rate")->capture_default_str();
+  add_common(qos, c.get());
+  qos->callback([c] {
+    v1::SetQosRequest r;
+    r.set_name(c->name);
+    auto* q = r.mutable_qos();
+    q->set_read_iops(c->read_iops);
+    q->set_write_iops(c->write_iops);
+    q->set_total_iops(c->total_iops);
+    q->set_read_bps(static_cast<uint64_t>(c->read_mbps * 1e6));
+    q->set_write_bps(static_cast<uint64_t>(c->write_mbps * 1e6));
+    q->set_total_bps(static_cast<uint64_t>(c->total_mbps * 1e6));
+    q->set_burst_seconds(c->burst_s);
+    grpc::ClientContext ctx;
+    set_deadline(ctx, *c);
+    v1::Volume v;
+    std::exit(print_reply(*c, stub(*c)->SetQos(&ctx, r, &v), v));
+  });
+
+  auto* show = blk->add_subcommand("show", "State, members and statistics of one volume");
+  show->add_option("name", c->name, "Volume name")->required();
+  add_common(show, c.get());
+  show->callback([c] {
+    v1::VolumeRef r;
+    r.set_name(c->name);
+    grpc::ClientContext ctx;
+    set_deadline(ctx, *c);
+    v1::Volume v;
+    std::exit(print_reply(*c, stub(*c)->Show(&ctx, r, &v), v));
+  });
+
+  auto* list = blk->add_subcommand("list", "Every volume, in creation order");
+  add_common(list, c.get());
+  list->callback([c] {
+    grpc::ClientContext ctx;
+    set_deadline(ctx, *c);
+    v1::ListReply rep;
+    auto st = stub(*c)->List(&ctx, v1::ListRequest(), &rep);
+    if (!st.ok()) std::exit(fail(st));
+    if (c->json) {
+      std::cout << to_json(rep) << std::endl;
+    } else {
+      std::cout << fmt::format("{:<16} {:<10} {:<12} {:>12} {:<16}\n", "name", "kind", "state",
+                               "capacity", "used by");
+      for (const auto& v : rep.volumes()) {
+        std::cout << fmt::format("{:<16} {:<10} {:<12} {:>12} {:<16}\n", v.name(), v.kind(),
+                                 v.state(), human_bytes(v.capacity_bytes()), v.used_by());
+      }
+    }
+    std::exit(0);
+  });
+
+  auto* wr = blk->add_subcommand("write", "Write a file's bytes to a volume (at most 4 MiB)");
+  wr->add_option("name", c->name, "Volume name")->required();
+  wr->add_option("--offset", c->offset, "Byte offset (block aligned)")->capture_default_str();
+  wr->add_option("--file", c->file, "Bytes to write (a multiple of the block size)")->required();
+  add_common(wr, c.get());
+  wr->callback([c] {
+    std::ifstream in(c->file, std::ios::binary);
+    if (!in) {
+      std::fprintf(stderr, "kvtier blk: cannot read %s\n", c->file.c_str());
+      std::exit(1);
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    v1::WriteRequest r;
+    r.set_name(c->name);
+    r.set_offset(c->offset);
+    r.set_data(ss.str());
+    grpc::ClientContext ctx;
+    set_deadline(ctx, *c);
+    v1::WriteReply rep;
+    auto st = stub(*c)->Write(&ctx, r, &rep);
+    if (!st.ok()) std::exit(fail(st));
+    if (c->json)
+      std::cout << fmt::format("{{\"written_bytes\": {}}}", r.data().size()) << std::endl;
+    std::exit(0);
+  });
+
+  auto* rd = blk->add_subcommand("read", "Read bytes of a volume into a file (at most 4 MiB)");
+  rd->add_option("name", c->name, "Volume name")->required();
+  rd->add_option("--offset", c->offset, "Byte offset (block aligned)")->capture_default_str();
+  rd->add_option("--length", c->length, "Bytes (block multiple)")->required();
+  rd->add_option("--file", c->file, "Output file")->required();
+  add_common(rd, c.get());
+  rd->callback([c] {
+    v1::ReadRequest r;
+    r.set_name(c->name);
+    r.set_offset(c->offset);
+    r.set_length(c->length);
+    grpc::ClientContext ctx;
+    set_deadline(ctx, *c);
+    v1::ReadReply rep;
+    auto st = stub(*c)->Read(&ctx, r, &rep);
+    if (!st.ok()) std::exit(fail(st));
+    std::ofstream out(c->file, std::ios::binary);
+    out << rep.data();
+    std::exit(out ? 0 : 1);
+  });
+}
+
+const RegisterCommands kRegisterBlk{60, add_blk_commands};
+
+}  // namespace
+
+}  // namespace kvtier::tools
