@@ -168,7 +168,7 @@ Status QueueConnection::serve_pdu(const PduLayout& l, const uint8_t* hdr,
                          Status::invalid_argument("nvme-tcp: H2CData for unknown TTAG"));
       }
       PendingWrite& w = it->second;
-      if (d->offset != w.received || uint64_t(d->offset) + d->length > w.buf.size()) {
+      if (d->offset != w.received || uint64_t(d->offset) + d->length > w.length) {
         return terminate(kFesDataOutOfRange, 12, h,
                          Status::invalid_argument("nvme-tcp: H2CData out of range"));
       }
@@ -523,7 +523,15 @@ Status QueueConnection::io(const Sqe& sqe, std::vector<uint8_t>& data) {
       w.cid = cid;
       w.nsid = nsid;
       w.offset = slba * bs;
-      w.buf = AlignedBuffer(bytes, std::max<size_t>(dev.buffer_alignment(), 4096));
+      // Buffers of max_transfer bytes are recycled: no allocation per write.
+      if (!free_bufs_.empty()) {
+        w.buf = std::move(free_bufs_.back());
+        free_bufs_.pop_back();
+      } else {
+        w.buf = AlignedBuffer(state_.config().max_transfer,
+                              std::max<size_t>(dev.buffer_alignment(), 4096));
+      }
+      w.length = uint32_t(bytes);
       pending_.emplace(ttag, std::move(w));
       return send_r2t(cid, ttag, 0, uint32_t(bytes));
     }
@@ -553,14 +561,16 @@ Status QueueConnection::handle_h2c_data(const DataHeader& h, const std::vector<u
   w.received += uint32_t(data.size());
   if (!ddgst_ok) {
     const uint16_t cid = w.cid;
+    free_bufs_.push_back(std::move(w.buf));
     pending_.erase(it);
     return complete(cid, {kScDataTransferError});
   }
-  if (w.received < w.buf.size()) return Status::ok_status();
+  if (w.received < w.length) return Status::ok_status();
   PendingWrite done = std::move(w);
   pending_.erase(it);
   blk::BlockDevice& dev = *ctrl_->subsystem->config.namespaces[done.nsid - 1];
-  Status st = dev.write_sync(done.offset, done.buf.view());
+  Status st = dev.write_sync(done.offset, done.buf.subview(0, done.length));
+  free_bufs_.push_back(std::move(done.buf));
   return complete(done.cid, {st.ok() ? kScSuccess : kScInternal});
 }
 

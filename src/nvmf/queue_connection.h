@@ -43,6 +43,7 @@ class QueueConnection : public Closable {
     uint32_t nsid = 0;
     uint64_t offset = 0;
     uint32_t received = 0;
+    uint32_t length = 0;  // bytes of the transfer (buf may be larger)
     AlignedBuffer buf;
   };
   struct Completion {
@@ -82,7 +83,8 @@ class QueueConnection : public Closable {
   std::shared_ptr<Controller> ctrl_;
   std::map<uint16_t, PendingWrite> pending_;  // by TTAG
   uint16_t next_ttag_ = 0;
-  AlignedBuffer read_buf_;  // reused by every read on this queue
+  AlignedBuffer read_buf_;                // reused by every read on this queue
+  std::vector<AlignedBuffer> free_bufs_;  // write buffers of finished R2T writes
 };
 
 }  // namespace kvtier::nvmf
