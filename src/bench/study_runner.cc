@@ -18,6 +18,8 @@
 #include "engine/kv_connector.h"
 #include "engine/store_client.h"
 #include "kv/store.h"
+#include "nvmf/host_device.h"
+#include "nvmf/target.h"
 #include "serve/router.h"
 
 namespace kvtier::bench {
@@ -110,6 +112,8 @@ class Run {
   Status start_prefill(size_t p, double now);
   void on_decode_done(uint32_t id, double now);
   const std::vector<kv::Key128>& keys_of(const TraceRequest& r);
+  Result<std::shared_ptr<blk::BlockDevice>> export_over_nvme_tcp(
+      std::shared_ptr<blk::BlockDevice> local);
 
   const Workload& w_;
   SessionScheduler& sched_;
@@ -120,6 +124,9 @@ class Run {
   CaseResult res_;
 
   VolumeFiles files_;
+  // Case E: kvtier's NVMe/TCP target serves the RAID0 volume on loopback and
+  // the store reaches it through kvtier's NVMe/TCP host.
+  std::unique_ptr<nvmf::NvmfTarget> target_;
   std::unique_ptr<kv::Store> store_;
   std::unique_ptr<engine::StoreClient> client_;
   std::unique_ptr<engine::KvConnector> connector_;
@@ -198,6 +205,15 @@ Status Run::setup() {
     auto vol = open_raid0_volume(o_, static_cast<uint64_t>(o_.disk_bytes / scale), &files_);
     if (!vol.ok()) return vol.status();
     so.volume = *vol;
+    if (spec_.remote_volume) {
+      auto remote = export_over_nvme_tcp(*vol);
+      if (!remote.ok()) {
+        return Status(remote.status().code(),
+                      "case E needs kvtier's NVMe/TCP target and host on loopback: " +
+                          remote.status().message());
+      }
+      so.volume = *remote;
+    }
   }
   auto st = kv::Store::open(so);
   if (!st.ok()) return st.status();
@@ -208,6 +224,33 @@ Status Run::setup() {
   ns_ = *id;
   connector_ = std::make_unique<engine::KvConnector>(client_.get(), ns_, block_bytes_);
   return Status::ok_status();
+}
+
+Result<std::shared_ptr<blk::BlockDevice>> Run::export_over_nvme_tcp(
+    std::shared_ptr<blk::BlockDevice> local) {
+  static constexpr const char* kNqn = "nqn.2024-01.io.kvtier:study-volume";
+  static constexpr const char* kHost = "nqn.2024-01.io.kvtier:study-prefill";
+  nvmf::TargetConfig tc;
+  tc.address = "127.0.0.1";
+  tc.port = 0;  // a free port
+  nvmf::SubsystemConfig sub;
+  sub.nqn = kNqn;
+  sub.allowed_hosts = {kHost};
+  sub.namespaces.push_back(std::move(local));
+  tc.subsystems.push_back(std::move(sub));
+  auto target = nvmf::NvmfTarget::start(tc);
+  if (!target.ok()) return target.status();
+  target_ = std::move(*target);
+  nvmf::HostOptions ho;
+  ho.address = "127.0.0.1";
+  ho.port = target_->port();
+  ho.subnqn = kNqn;
+  ho.hostnqn = kHost;
+  ho.io_queues = 4;
+  ho.queue_size = 64;
+  auto host = nvmf::NvmeTcpDevice::connect(ho);
+  if (!host.ok()) return host.status();
+  return std::shared_ptr<blk::BlockDevice>(std::move(*host));
 }
 
 const std::vector<kv::Key128>& Run::keys_of(const TraceRequest& r) {
@@ -335,12 +378,6 @@ void Run::on_decode_done(uint32_t id, double now) {
 
 Result<CaseResult> Run::run() {
   const auto t0 = std::chrono::steady_clock::now();
-  if (spec_.remote_volume) {
-    res_.available = false;
-    res_.unavailable_reason =
-        "not available: kvtier's NVMe/TCP host (NvmeTcpDevice) does not exist yet";
-    return res_;
-  }
   if (auto st = setup(); !st.ok()) return st;
   accept_issues(sched_.start(0.0), 0.0);
   while (!events_.empty()) {
