@@ -587,7 +587,11 @@ TEST(StoreServer, MetricsAndHealthEndpoint) {
   auto server = start_server();
   ASSERT_TRUE(server);
   ASSERT_NE(server->metrics_port(), 0);
-  auto client = connect(client_options(server->port()));
+  // Over TCP: the shared-memory path counts its ops as shm_put/shm_get
+  // (shm_test.cc checks those).
+  RemoteStoreOptions co = client_options(server->port());
+  co.shared_memory = false;
+  auto client = connect(co);
   uint16_t ns = *client->register_namespace(test_namespace());
   AlignedBuffer buf(kObj);
   fill_payload(test_key(1), buf.view());
@@ -1021,6 +1025,7 @@ class MisbehavingServer {
 TEST(StoreServer, UnresponsiveServerTimesOutAsMisses) {
   MisbehavingServer fake;
   RemoteStoreOptions o = client_options(fake.port());
+  o.shared_memory = false;  // the fake server speaks Hello and Get only
   o.call_timeout_ms = 300;
   o.connections = 1;
   auto client = connect(o);
