@@ -63,7 +63,7 @@ mapfile -t srcs < <(ls src/common/*.cc src/blk/*.cc src/kv/*.cc |
   echo "  depfile = \$out.d"
   echo "  deps = gcc"
   echo "rule link"
-  echo "  command = \$cxx \$cflags -fsanitize=fuzzer \$in -o \$out -luring -lxxhash -lcrypto -lfmt -lspdlog -pthread"
+  echo "  command = \$cxx \$cflags -fsanitize=fuzzer \$in -o \$out -luring -lxxhash -lisal -lcrypto -lfmt -lspdlog -pthread"
   objs=()
   for s in "${srcs[@]}" src/kv/disk_recovery_fuzz.cc; do
     o="obj/${s//\//_}.o"

@@ -325,9 +325,14 @@ TEST_F(UringStoreTest, ConcurrentPutsAndGetsAlwaysGetRightBytes) {
   EXPECT_EQ(failures.load(), 0u);
   EXPECT_GT(hits.load(), 0u);
   EXPECT_EQ(bad.load(), 0u);
+  const auto st = store_->stats();
   for (uint64_t i = 0; i < kBlocks; ++i) {
     GetResult g = get(i);
-    EXPECT_TRUE(g.hit) << "block " << i << ": " << miss_reason_name(g.miss);
+    EXPECT_TRUE(g.hit) << "block " << i << ": " << miss_reason_name(g.miss)
+                       << " (regions reclaimed " << st.disk.regions_reclaimed
+                       << ", entries evicted " << st.disk.entries_evicted << ", write timeouts "
+                       << st.disk.write_timeouts << ", index-full reclaims "
+                       << st.index_full_reclaims << ")";
   }
   EXPECT_EQ(misses(MissReason::kCorrupt), 0u);
 }

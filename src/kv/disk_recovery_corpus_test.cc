@@ -17,9 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path corpus_dir() {
-  return (fs::path(__FILE__).parent_path() / "../../fuzz/corpus/disk_recovery").lexically_normal();
-}
+fs::path corpus_dir() { return fs::path(KVTIER_SOURCE_DIR) / "fuzz/corpus/disk_recovery"; }
 
 std::vector<uint8_t> read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -220,6 +220,14 @@ RemoteStoreOptions client_options(uint16_t port) {
   return o;
 }
 
+// For the tests of the TCP path (its outage accounting and per-op metrics);
+// the shared-memory path has its own kill-and-restart test.
+RemoteStoreOptions tcp_client_options(uint16_t port) {
+  RemoteStoreOptions o = client_options(port);
+  o.shared_memory = false;
+  return o;
+}
+
 // A blocking POSIX client for raw frames.
 class RawClient {
  public:
@@ -305,7 +313,7 @@ TEST(StoreService, ManyClientsSurviveKillAndRestart) {
   std::vector<std::unique_ptr<RemoteStore>> clients;
   std::vector<uint16_t> handles;
   for (int i = 0; i < kClients; ++i) {
-    auto c = RemoteStore::open(client_options(port));
+    auto c = RemoteStore::open(tcp_client_options(port));
     ASSERT_TRUE(c.ok());
     ASSERT_TRUE((*c)->wait_connected(5000).ok());
     auto h = (*c)->register_namespace(test_namespace());
@@ -717,7 +725,7 @@ TEST(StoreService, MetricsAndHealthEndpoint) {
   ServerProcess server(dir, base_config(dir, false));
   ASSERT_EQ(server.start(), "");
   ASSERT_NE(server.metrics_port(), 0);
-  auto c = RemoteStore::open(client_options(server.port()));
+  auto c = RemoteStore::open(tcp_client_options(server.port()));
   ASSERT_TRUE((*c)->wait_connected(5000).ok());
   uint16_t ns = *(*c)->register_namespace(test_namespace());
   AlignedBuffer buf(kObj);
