@@ -332,7 +332,9 @@ TEST_F(UringStoreTest, ConcurrentPutsAndGetsAlwaysGetRightBytes) {
                        << " (regions reclaimed " << st.disk.regions_reclaimed
                        << ", entries evicted " << st.disk.entries_evicted << ", write timeouts "
                        << st.disk.write_timeouts << ", index-full reclaims "
-                       << st.index_full_reclaims << ")";
+                       << st.index_full_reclaims << ", eviction drops " << st.eviction_drops
+                       << ", demotions rejected " << st.demotions_rejected << ", demotions "
+                       << st.demotions << ")";
   }
   EXPECT_EQ(misses(MissReason::kCorrupt), 0u);
 }

@@ -898,8 +898,20 @@ void DiskTier::read_async(const IndexRecord& rec, std::shared_ptr<ReadTarget> ta
   {
     std::lock_guard lock(mu_);
     const Region& r = regions_[region];
-    if (r.buf >= 0 && off_in_region + eb <= copied_upto_locked(r)) {
-      // Still in a region buffer (open or flushing): serve from memory.
+    const bool in_buffer = r.buf >= 0 && off_in_region + eb <= r.fill;
+    const bool own_copy_done =
+        std::find(r.copying.begin(), r.copying.end(), off_in_region) == r.copying.end();
+    if (in_buffer && !own_copy_done) {
+      // Still being copied in (a reinsertion racing with this read): the
+      // volume does not hold it yet, so reading there would find an older
+      // entry and drop a good block. A transient miss keeps the record.
+      target->complete(Status::unavailable("entry still being copied into its region"), {});
+      return;
+    }
+    if (in_buffer) {
+      // Still in a region buffer (open or flushing) and this entry's bytes
+      // are complete: serve from memory. (Not only up to the lowest copy in
+      // progress: an entry behind it may not be on the volume yet either.)
       const std::byte* entry = write_bufs_[r.buf].data() + off_in_region;
       Status st = check_entry(entry, volume_id, rec.key, ns_digest, rec.length);
       c_->buffer_reads.fetch_add(1, kRelaxed);

@@ -400,6 +400,8 @@ MissReason Store::disk_failure(const IndexRecord& rec, const Status& st) {
       return MissReason::kTimeout;
     case StatusCode::kIoError:
       return MissReason::kIoError;
+    case StatusCode::kUnavailable:  // not readable yet: keep the record
+      return MissReason::kEvicted;
     default:
       break;
   }
