@@ -22,21 +22,8 @@ int run_raid_bench_cli(const RaidBenchCli& cli) {
   bench::RaidBenchOptions o = cli.opts;
   o.member_bytes = static_cast<uint64_t>(cli.member_mib * (1 << 20)) / (1 << 20) * (1 << 20);
   o.strip_bytes = static_cast<uint64_t>(cli.strip_kib) * 1024;
-  o.progress = [](const std::string& line) {
-    std::fprintf(stderr, "%s\n", line.c_str());
-    std::fflush(stderr);
-  };
-  auto report = bench::run_raid_bench(o);
-  if (!report.ok()) {
-    std::fprintf(stderr, "kvtier bench raid: %s\n", report.status().to_string().c_str());
-    return 1;
-  }
-  if (cli.json) {
-    std::cout << report->json().dump(2) << std::endl;
-  } else {
-    std::cout << report->table() << std::endl;
-  }
-  return 0;
+  o.progress = print_progress;
+  return print_bench_report("kvtier bench raid", bench::run_raid_bench(o), cli.json);
 }
 
 void add_raid_bench_command(CLI::App& app) {

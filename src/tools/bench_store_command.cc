@@ -22,21 +22,8 @@ int run_store_bench_cli(const StoreBenchCli& cli) {
   o.volume_bytes = static_cast<uint64_t>(cli.volume_gib * (1ull << 30)) / 4096 * 4096;
   o.object_bytes = cli.object_kib * 1024;
   o.ram_pool_bytes = static_cast<uint64_t>(cli.ram_pool_mib * (1 << 20));
-  o.progress = [](const std::string& line) {
-    std::fprintf(stderr, "%s\n", line.c_str());
-    std::fflush(stderr);
-  };
-  auto report = bench::run_store_bench(o);
-  if (!report.ok()) {
-    std::fprintf(stderr, "kvtier bench store: %s\n", report.status().to_string().c_str());
-    return 1;
-  }
-  if (cli.json) {
-    std::cout << report->json().dump(2) << std::endl;
-  } else {
-    std::cout << report->table() << std::endl;
-  }
-  return 0;
+  o.progress = print_progress;
+  return print_bench_report("kvtier bench store", bench::run_store_bench(o), cli.json);
 }
 
 }  // namespace

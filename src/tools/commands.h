@@ -5,6 +5,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "common/status.h"
+
 namespace kvtier::tools {
 
 using CommandAdder = void (*)(CLI::App& root);
@@ -21,5 +27,28 @@ void add_all_commands(CLI::App& root);
 // The `kvtier bench` group, created on first use: every benchmark file adds
 // its own `kvtier bench <name>` under it.
 CLI::App* bench_group(CLI::App& root);
+
+// Progress lines of a long benchmark: to stderr, so stdout carries only the
+// table or the JSON object.
+inline void print_progress(const std::string& line) {
+  std::fprintf(stderr, "%s\n", line.c_str());
+  std::fflush(stderr);
+}
+
+// Prints a benchmark report (a type with json() and table()) to stdout, or
+// the error to stderr; returns the process exit status.
+template <typename Report>
+int print_bench_report(const char* command, const Result<Report>& report, bool json) {
+  if (!report.ok()) {
+    std::fprintf(stderr, "%s: %s\n", command, report.status().to_string().c_str());
+    return 1;
+  }
+  if (json) {
+    std::cout << report->json().dump(2) << std::endl;
+  } else {
+    std::cout << report->table() << std::endl;
+  }
+  return 0;
+}
 
 }  // namespace kvtier::tools
