@@ -13,16 +13,28 @@ Result<StudyReport> run_study(const Workload& w, const StudyRunOptions& o,
   const auto t0 = std::chrono::steady_clock::now();
   if (w.request_count() == 0) return Status::invalid_argument("the workload has no requests");
   StudyReport report;
-  report.options = o.study;
-  report.workload = describe_workload(w, o.study.profile.token_scale);
+  StudyOptions study = o.study;
+  report.workload = describe_workload(w, study.profile.token_scale);
   if (o.measure_limits) {
     report.limits = measure_study_limits(
-        o.study, static_cast<uint32_t>(w.block_tokens * o.study.profile.stored_kv_bytes_per_token));
-  } else {
-    report.limits.recompute_kv_bytes_per_s =
-        o.study.profile.prefill_tokens_per_s *
-        static_cast<double>(o.study.profile.kv_bytes_per_token);
+        study, static_cast<uint32_t>(w.block_tokens * study.profile.stored_kv_bytes_per_token));
+  } else if (o.disk_to_recompute > 0) {
+    return Status::invalid_argument(
+        "a disk-to-recompute ratio needs the fio measurement (limits are off)");
   }
+  if (o.disk_to_recompute > 0) {
+    const double fio = report.limits.fio_randread_bytes_per_s;
+    if (fio <= 0) {
+      return Status::failed_precondition(
+          "a disk-to-recompute ratio needs fio's random-read rate, and fio did not run: " +
+          report.limits.fio_error);
+    }
+    study.profile.prefill_tokens_per_s =
+        fio / o.disk_to_recompute / static_cast<double>(study.profile.kv_bytes_per_token);
+  }
+  report.limits.recompute_kv_bytes_per_s =
+      study.profile.prefill_tokens_per_s * static_cast<double>(study.profile.kv_bytes_per_token);
+  report.options = study;
   const size_t runs = o.protocols.size() * o.cases.size();
   size_t index = 0;
   for (const auto& proto : o.protocols) {
@@ -36,7 +48,7 @@ Result<StudyReport> run_study(const Workload& w, const StudyRunOptions& o,
       sp.run_count = runs;
       sp.total = w.request_count();
       if (progress) progress(sp);
-      auto r = run_study_case(w, **sched, proto, c, o.study, [&](const RunProgress& rp) {
+      auto r = run_study_case(w, **sched, proto, c, study, [&](const RunProgress& rp) {
         sp.done = rp.done;
         sp.total = rp.total;
         if (progress) progress(sp);

@@ -52,6 +52,10 @@ double load_rate(const CaseResult& r) {
   return safe_ratio(static_cast<double>(r.store_load_bytes), r.store_load_wall_s);
 }
 
+double disk_load_rate(const CaseResult& r) {
+  return safe_ratio(static_cast<double>(r.store_disk_load_bytes), r.store_disk_load_wall_s);
+}
+
 nlohmann::json case_json(const CaseResult& r, const CaseResult* recompute, const StudyLimits& lim,
                          bool samples) {
   nlohmann::json j;
@@ -113,6 +117,16 @@ nlohmann::json case_json(const CaseResult& r, const CaseResult* recompute, const
     j["store_load_vs_memcpy_ratio"] = safe_ratio(rate, lim.memcpy_bytes_per_s);
     if (lim.fio_randread_bytes_per_s > 0 && r.store_blocks_from_disk > 0) {
       j["store_load_vs_fio_ratio"] = safe_ratio(rate, lim.fio_randread_bytes_per_s);
+    }
+  }
+  if (r.store_disk_load_wall_s > 0 && r.store_disk_load_bytes > 0) {
+    // The rate that decides whether a disk-served prefix beats recomputation.
+    const double rate =
+        safe_ratio(static_cast<double>(r.store_disk_load_bytes), r.store_disk_load_wall_s);
+    j["store_disk_load_bytes_per_s"] = rate;
+    j["store_disk_load_vs_recompute_ratio"] = safe_ratio(rate, lim.recompute_kv_bytes_per_s);
+    if (lim.fio_randread_bytes_per_s > 0) {
+      j["store_disk_load_vs_fio_ratio"] = safe_ratio(rate, lim.fio_randread_bytes_per_s);
     }
   }
   j["wall_s"] = r.wall_s;
@@ -302,18 +316,20 @@ std::string StudyReport::markdown() const {
     md += fmt::format("\n### Mechanism ({}): store, RAM, storage and network\n\n", proto);
     md +=
         "| case | RAM eviction cycles | RAM eviction volume | loads from RAM / disk (blocks) | "
-        "store load rate | write refusals | network (PD) | same / cross-session reuse | gross "
+        "store load rate (all / disk only) | write refusals | network (PD) | same / cross-session "
+        "reuse | gross "
         "busy-time saved | verify failures |\n|---|---|---|---|---|---|---|---|---|---|\n";
     for (const auto& r : results) {
       if (r.protocol != proto || !r.available) continue;
       const auto& s = case_spec(r.id);
       const double reused = static_cast<double>(r.same_session_blocks + r.cross_session_blocks);
       md += fmt::format(
-          "| {} | {} | {} | {} / {} | {} | {} | {} | {:.1f}% / {:.1f}% | {:.1f}% | {} |\n",
+          "| {} | {} | {} | {} / {} | {} / {} | {} | {} | {:.1f}% / {:.1f}% | {:.1f}% | {} |\n",
           s.letter, r.ram_evictions,
           bytes_h(static_cast<double>(r.ram_eviction_bytes) * r.byte_scale),
           r.store_blocks_from_ram, r.store_blocks_from_disk,
           r.store_load_wall_s > 0 ? fmt::format("{:.2f} GB/s", load_rate(r) / 1e9) : "-",
+          r.store_disk_load_wall_s > 0 ? fmt::format("{:.2f} GB/s", disk_load_rate(r) / 1e9) : "-",
           r.write_refusals, bytes_h(static_cast<double>(r.network_bytes)),
           100 * safe_ratio(static_cast<double>(r.same_session_blocks), reused),
           100 * safe_ratio(static_cast<double>(r.cross_session_blocks), reused),

@@ -309,6 +309,8 @@ Status Run::start_prefill(size_t pi, double now) {
     load_s = load->wall_s;
     res_.verify_failures += load->verify_failures;
     res_.store_load_bytes += load->bytes;
+    res_.store_disk_load_bytes += load->disk_bytes;
+    res_.store_disk_load_wall_s += load->disk_wall_s;
     if (load->loaded > 0) {
       ++res_.store_load_events;
       res_.store_hit_blocks += load->loaded;

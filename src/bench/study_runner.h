@@ -44,6 +44,7 @@ struct CaseResult {
   uint64_t store_load_events = 0;  // requests that loaded at least one block from the store
   uint64_t store_blocks_from_ram = 0, store_blocks_from_disk = 0;
   uint64_t store_load_bytes = 0, store_save_bytes = 0;
+  uint64_t store_disk_load_bytes = 0;  // of the loaded bytes, read from the disk tier
   uint64_t verify_failures = 0;
   uint64_t write_refusals = 0;
   // Store and device counters (stored bytes; multiply by byte_scale for the
@@ -56,9 +57,10 @@ struct CaseResult {
   uint64_t later_turns = 0, stayed_turns = 0;
   std::vector<uint64_t> pair_counts;
   // Time.
-  double store_wall_s = 0;       // measured wall time of store calls
-  double store_load_wall_s = 0;  // of which lookups and loads (the rest: saves)
-  double store_charged_s = 0;    // the same, charged to the virtual clock
+  double store_wall_s = 0;            // measured wall time of store calls
+  double store_load_wall_s = 0;       // of which lookups and loads (the rest: saves)
+  double store_disk_load_wall_s = 0;  // of which reads of disk-only blocks
+  double store_charged_s = 0;         // the same, charged to the virtual clock
   // Sum over prefill replicas of the union of the intervals in which the
   // replica had a request outstanding (dispatch to last token).
   double busy_union_s = 0;

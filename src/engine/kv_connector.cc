@@ -37,23 +37,46 @@ Result<LoadOutcome> KvConnector::load_prefix(std::span<const kv::Key128> keys, s
   }
   const size_t n = m->blocks - from;
   auto buf = scratch(n);
-  std::vector<kv::BatchGetItem> items(n);
+  // Split by the tier the match reported; a block that moves between the
+  // match and the read is still read correctly, only timed with the other batch.
+  std::vector<kv::BatchGetItem> ram_items, disk_items;
+  std::vector<size_t> ram_index, disk_index;
   for (size_t i = 0; i < n; ++i) {
-    items[i].key = keys[from + i];
-    items[i].out = buf.subspan(i * block_bytes_, block_bytes_);
+    const kv::BatchGetItem item{keys[from + i], buf.subspan(i * block_bytes_, block_bytes_)};
+    const bool on_disk = from + i < m->tiers.size() && m->tiers[from + i] == kv::Tier::kDisk;
+    (on_disk ? disk_items : ram_items).push_back(item);
+    (on_disk ? disk_index : ram_index).push_back(i);
   }
-  auto got = store_->batch_get(ns_, items);
+  std::vector<kv::GetResult> results(n);
+  std::vector<kv::BatchGetItem> items(n);
+  auto read_batch = [&](const std::vector<kv::BatchGetItem>& batch,
+                        const std::vector<size_t>& index) -> Status {
+    if (batch.empty()) return Status::ok_status();
+    auto got = store_->batch_get(ns_, batch);
+    if (!got.ok()) return got.status();
+    for (size_t j = 0; j < batch.size(); ++j) {
+      results[index[j]] = (*got)[j];
+      items[index[j]] = batch[j];
+    }
+    return Status::ok_status();
+  };
+  if (auto st = read_batch(ram_items, ram_index); !st.ok()) return st;
+  const auto disk_t0 = std::chrono::steady_clock::now();
+  if (auto st = read_batch(disk_items, disk_index); !st.ok()) return st;
+  if (!disk_items.empty()) out.disk_wall_s = seconds_since(disk_t0);
   out.wall_s = seconds_since(t0);
-  if (!got.ok()) return got.status();
   bool run = true;  // still inside the leading run of good blocks
   for (size_t i = 0; i < n; ++i) {
-    const auto& g = (*got)[i];
+    const auto& g = results[i];
     if (!g.hit) {
       ++out.misses;
       run = false;
       continue;
     }
     out.bytes += g.length;
+    if (from + i < m->tiers.size() && m->tiers[from + i] == kv::Tier::kDisk) {
+      out.disk_bytes += g.length;
+    }
     const bool good = g.length == block_bytes_ &&
                       verify_kv_block(items[i].key, ByteView(items[i].out.data(), g.length));
     if (!good) {

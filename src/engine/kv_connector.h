@@ -27,6 +27,11 @@ struct LoadOutcome {
   size_t verify_failures = 0;  // blocks whose bytes were not the key's (never used)
   uint64_t bytes = 0;          // payload bytes read
   double wall_s = 0;           // match + reads
+  // The reads of blocks the match placed on disk only, timed on their own:
+  // whether a disk-served prefix beats recomputation is decided by this rate,
+  // not by the blend with RAM-served blocks.
+  uint64_t disk_bytes = 0;
+  double disk_wall_s = 0;
 };
 
 struct SaveOutcome {
@@ -43,6 +48,8 @@ class KvConnector {
   Result<kv::MatchResult> lookup(std::span<const kv::Key128> keys);
   // Loads blocks [from, store match) of `keys`; `loaded` counts the leading
   // run of verified blocks, so `from + loaded` blocks of prefix are usable.
+  // Blocks the match found in RAM and those it found on disk only are read
+  // in two batches, so that each tier's read time is measured apart.
   Result<LoadOutcome> load_prefix(std::span<const kv::Key128> keys, size_t from);
   // Saves `keys` (content generated from each key) in one batch.
   Result<SaveOutcome> save(std::span<const kv::Key128> keys);

@@ -31,6 +31,7 @@ struct StudyCli {
   uint32_t sessions = 256;
   double ram_gib = 256;
   double disk_tib = 3;
+  double prefill_tokens_per_s = 0;  // 0: the profile's
   uint32_t active_sessions = 16;
   uint32_t min_other = 128;
   uint32_t fleet_sessions = 12;
@@ -101,6 +102,7 @@ int run_study_cli(StudyCli cli) {
     std::fprintf(stderr, "\n");
     return 2;
   }
+  if (cli.prefill_tokens_per_s > 0) profile->prefill_tokens_per_s = cli.prefill_tokens_per_s;
   auto& o = cli.run;
   o.study.profile = *profile;
   o.study.ram_bytes = static_cast<uint64_t>(cli.ram_gib * (1ull << 30));
@@ -254,6 +256,20 @@ void add_study_bench_command(CLI::App& app) {
                   "Local HBM prefix pool per prefill replica, deployment tokens (0: the "
                   "profile's: 166512, the study's vLLM figure for one H100)")
       ->capture_default_str();
+  cmd->add_option("--prefill-tokens-per-s", cli->prefill_tokens_per_s,
+                  "Modeled prefill rate per replica, tokens/s (0: the profile's, 14850). Whether "
+                  "a disk-served prefix beats recomputation depends on the disk's load rate over "
+                  "the rate at which prefill regenerates KV; a slower modeled GPU reproduces the "
+                  "study's ratio on a machine whose disk is slower than the study's")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--disk-to-recompute", cli->run.disk_to_recompute,
+                  "Set the modeled prefill rate so that fio's random-read rate of the volume "
+                  "(measured first) is this many times the recompute KV rate (0: off). The "
+                  "study's RAID0 read at about 2.5x its GPU's recompute rate; this reproduces "
+                  "that ratio on a slower disk. Overrides --prefill-tokens-per-s")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--ram-gib", cli->ram_gib,
                   "Shared RAM tier, deployment GiB (divided by the byte scale for the run)")
       ->capture_default_str();

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Tests of check_shape.py's rules on hand-made results (no benchmark run)."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+CHECK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "check_shape.py")
+RECOMPUTE = 1.0e9
+
+
+def case(rps, disk_rate=None, hit=0.5):
+    c = {"available": True, "throughput_rps": rps, "store_hit_share": hit, "verify_failures": 0}
+    if disk_rate is not None:
+        c["store_disk_load_bytes_per_s"] = disk_rate
+    return c
+
+
+def run(long_cases, strict=False):
+    r = {"limits": {"recompute_kv_bytes_per_s": RECOMPUTE},
+         "protocols": {"long-reuse": long_cases}}
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(r, f)
+    args = [sys.executable, CHECK, f.name] + (["--strict"] if strict else [])
+    p = subprocess.run(args, capture_output=True, text=True)
+    os.unlink(f.name)
+    return p.returncode, p.stdout + p.stderr
+
+
+failures = []
+
+
+def expect(name, got_rc, want_rc, out):
+    if got_rc != want_rc:
+        failures.append(f"{name}: exit {got_rc}, wanted {want_rc}\n{out}")
+
+
+# D below C with a disk slower than recompute: reported, not enforced (a blended
+# RAM + disk rate above recompute must not switch the rule on).
+slow = {"B": case(0.5, hit=0), "C": case(0.7, hit=0.2), "D": case(0.55, 0.8 * RECOMPUTE)}
+slow["D"]["store_load_bytes_per_s"] = 1.1 * RECOMPUTE
+rc, out = run(slow)
+expect("slow disk, not enforced", rc, 0, out)
+rc, out = run(slow, strict=True)
+expect("slow disk, strict", rc, 1, out)
+
+# The same throughputs with a disk clearly faster than recompute: enforced.
+fast = dict(slow, D=case(0.55, 2.0 * RECOMPUTE))
+rc, out = run(fast)
+expect("fast disk, D below C", rc, 1, out)
+
+# Fast disk and D clearly above B and C: passes.
+good = {"B": case(0.5, hit=0), "C": case(0.7, hit=0.2), "D": case(1.0, 2.0 * RECOMPUTE)}
+rc, out = run(good)
+expect("fast disk, D above C", rc, 0, out)
+
+# D's store serving no more than C's means an unused disk tier: always a failure.
+unused = dict(good, D=case(1.0, 2.0 * RECOMPUTE, hit=0.2))
+rc, out = run(unused)
+expect("disk tier unused", rc, 1, out)
+
+# F below D without a faster path: reported; with a path 1.3x faster: enforced.
+f_same = dict(good, F=case(0.9, 2.0 * RECOMPUTE))
+rc, out = run(f_same)
+expect("F below D, same path speed", rc, 0, out)
+f_faster = dict(good, F=case(0.9, 2.8 * RECOMPUTE))
+rc, out = run(f_faster)
+expect("F below D with a faster path", rc, 1, out)
+# F not above C is enforced like D's rules.
+f_slow = dict(good, F=case(0.6, 2.0 * RECOMPUTE))
+rc, out = run(f_slow)
+expect("F not above C", rc, 1, out)
+
+for f in failures:
+    print("FAIL: " + f)
+print(f"{8 - len(failures)} of 8 checks passed")
+sys.exit(1 if failures else 0)
