@@ -91,7 +91,42 @@ Status validate_config(const DaemonConfig& config) {
     }
     seen.insert(v.name);
   }
+  std::set<std::string> nqns, exported;
+  for (const auto& e : config.exports) {
+    if (!valid_export_nqn(e.nqn)) {
+      return Status::invalid_argument(fmt::format(
+          "export NQN '{}' must start with 'nqn.' and be at most 223 bytes of printable ASCII",
+          e.nqn));
+    }
+    if (!nqns.insert(e.nqn).second) {
+      return Status::already_exists(fmt::format("export '{}' twice", e.nqn));
+    }
+    if (!seen.count(e.volume)) {
+      return Status::invalid_argument(
+          fmt::format("export '{}' names volume '{}', which is not defined", e.nqn, e.volume));
+    }
+    if (!exported.insert(e.volume).second) {
+      return Status::already_exists(fmt::format("volume '{}' is exported twice", e.volume));
+    }
+    if (e.address.empty()) {
+      return Status::invalid_argument(fmt::format("export '{}' has no address", e.nqn));
+    }
+    for (const auto& h : e.allowed_hosts) {
+      if (!valid_export_nqn(h)) {
+        return Status::invalid_argument(
+            fmt::format("export '{}': allowed host '{}' is not an NQN", e.nqn, h));
+      }
+    }
+  }
   return Status::ok_status();
+}
+
+bool valid_export_nqn(const std::string& nqn) {
+  if (nqn.size() < 5 || nqn.size() > 223 || nqn.rfind("nqn.", 0) != 0) return false;
+  for (char c : nqn) {
+    if (c <= ' ' || c > '~') return false;
+  }
+  return true;
 }
 
 std::string config_to_json(const DaemonConfig& config) {
@@ -116,7 +151,19 @@ std::string config_to_json(const DaemonConfig& config) {
     if (!v.qos.unlimited()) j["qos"] = qos_to_json(v.qos);
     vols.push_back(std::move(j));
   }
-  return json{{"format", "kvtier-blockd-config"}, {"version", kConfigVersion}, {"volumes", vols}}
+  json exps = json::array();
+  for (const auto& e : config.exports) {
+    exps.push_back(json{{"nqn", e.nqn},
+                        {"volume", e.volume},
+                        {"address", e.address},
+                        {"port", e.port},
+                        {"allowed_hosts", e.allowed_hosts},
+                        {"allow_any_host", e.allow_any_host}});
+  }
+  return json{{"format", "kvtier-blockd-config"},
+              {"version", kConfigVersion},
+              {"volumes", vols},
+              {"exports", exps}}
       .dump(2);
 }
 
@@ -131,9 +178,13 @@ Result<DaemonConfig> config_from_json(const std::string& text) {
     return Status::invalid_argument("config: no version");
   }
   const int version = j["version"].get<int>();
-  if (version != kConfigVersion) {
-    return Status::invalid_argument(fmt::format(
-        "config: version {} is not supported (this build reads {})", version, kConfigVersion));
+  if (version < kOldestConfigVersion || version > kConfigVersion) {
+    return Status::invalid_argument(
+        fmt::format("config: version {} is not supported (this build reads {} to {})", version,
+                    kOldestConfigVersion, kConfigVersion));
+  }
+  if (j.contains("exports") && (version < 2 || !j["exports"].is_array())) {
+    return Status::invalid_argument("config: exports must be an array (version 2 and later)");
   }
   if (!j.contains("volumes") || !j["volumes"].is_array()) {
     return Status::invalid_argument("config: volumes must be an array");
@@ -155,6 +206,25 @@ Result<DaemonConfig> config_from_json(const std::string& text) {
       v.length_bytes = jv.value("length_bytes", uint64_t{0});
       if (jv.contains("qos")) v.qos = qos_from_json(jv["qos"]);
       c.volumes.push_back(std::move(v));
+    }
+    if (j.contains("exports")) {
+      for (const auto& je : j["exports"]) {
+        ExportConfig e;
+        e.nqn = je.at("nqn").get<std::string>();
+        e.volume = je.at("volume").get<std::string>();
+        e.address = je.value("address", e.address);
+        const int64_t port = je.value("port", int64_t{4420});
+        if (port < 0 || port > 65535) {
+          return Status::invalid_argument(
+              fmt::format("config: export port {} is not 0..65535", port));
+        }
+        e.port = static_cast<uint16_t>(port);
+        if (je.contains("allowed_hosts")) {
+          e.allowed_hosts = je["allowed_hosts"].get<std::vector<std::string>>();
+        }
+        e.allow_any_host = je.value("allow_any_host", false);
+        c.exports.push_back(std::move(e));
+      }
     }
   } catch (const json::exception& e) {
     return Status::invalid_argument(fmt::format("config: bad volume entry: {}", e.what()));

@@ -3,7 +3,8 @@
 // order (a volume only refers to volumes before it) and the QoS limits of
 // each. Stored as versioned JSON, written atomically (temp file, fsync,
 // rename, fsync of the folder), so a crash leaves either the old or the new
-// file, never a torn one. See docs/storage-engine.md for the format.
+// file, never a torn one. Version 2 adds NVMe/TCP exports (version 1 files,
+// which have none, are still read). See docs/storage-engine.md for the format.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +16,8 @@
 
 namespace kvtier::blockd {
 
-inline constexpr int kConfigVersion = 1;
+inline constexpr int kConfigVersion = 2;
+inline constexpr int kOldestConfigVersion = 1;
 
 struct VolumeConfig {
   std::string name;
@@ -36,11 +38,25 @@ struct VolumeConfig {
   blk::QosLimits qos;
 };
 
-struct DaemonConfig {
-  std::vector<VolumeConfig> volumes;
+// An NVMe/TCP export: one NVM subsystem whose namespace 1 is a volume,
+// served on its own listen address (loopback unless configured) to the host
+// NQNs listed (deny by default).
+struct ExportConfig {
+  std::string nqn;
+  std::string volume;
+  std::string address = "127.0.0.1";
+  uint16_t port = 4420;  // the port actually bound is what is persisted
+  std::vector<std::string> allowed_hosts;
+  bool allow_any_host = false;
 };
 
-// Validates names, kinds, references (to earlier volumes only) and fields.
+struct DaemonConfig {
+  std::vector<VolumeConfig> volumes;
+  std::vector<ExportConfig> exports;  // after the volumes they name
+};
+
+// Validates names, kinds, references (to earlier volumes only), fields and
+// exports (known volume, one export per NQN and per volume).
 Status validate_config(const DaemonConfig& config);
 std::string config_to_json(const DaemonConfig& config);
 Result<DaemonConfig> config_from_json(const std::string& text);
@@ -48,5 +64,7 @@ Result<DaemonConfig> config_from_json(const std::string& text);
 Result<DaemonConfig> load_config(const std::string& path);
 Status save_config_atomic(const std::string& path, const DaemonConfig& config);
 bool valid_volume_name(const std::string& name);
+// "nqn." followed by printable ASCII, at most 223 bytes (NVMe base spec).
+bool valid_export_nqn(const std::string& nqn);
 
 }  // namespace kvtier::blockd

@@ -58,7 +58,7 @@ TEST(ConfigTest, RejectsMalformed) {
   EXPECT_FALSE(config_from_json("not json").ok());
   EXPECT_FALSE(config_from_json("[]").ok());
   EXPECT_FALSE(
-      config_from_json(R"({"format":"kvtier-blockd-config","version":2,"volumes":[]})").ok());
+      config_from_json(R"({"format":"kvtier-blockd-config","version":3,"volumes":[]})").ok());
   EXPECT_FALSE(config_from_json(R"({"format":"other","version":1,"volumes":[]})").ok());
   EXPECT_FALSE(config_from_json(
                    R"({"format":"kvtier-blockd-config","version":1,"volumes":[{"kind":"mem"}]})")
@@ -77,6 +77,50 @@ TEST(ConfigTest, RejectsMalformed) {
   c.volumes[1].name = "f0";
   EXPECT_FALSE(validate_config(c).ok());
   EXPECT_TRUE(validate_config(sample()).ok());
+}
+
+TEST(ConfigTest, ExportsRoundTripAndAreValidated) {
+  DaemonConfig c = sample();
+  ExportConfig e;
+  e.nqn = "nqn.2024-01.io.kvtier:vol";
+  e.volume = "p0";
+  e.port = 4555;
+  e.allowed_hosts = {"nqn.2024-01.io.kvtier:host"};
+  c.exports.push_back(e);
+  auto back = config_from_json(config_to_json(c));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_EQ(back->exports.size(), 1u);
+  EXPECT_EQ(back->exports[0].nqn, e.nqn);
+  EXPECT_EQ(back->exports[0].volume, "p0");
+  EXPECT_EQ(back->exports[0].address, "127.0.0.1");
+  EXPECT_EQ(back->exports[0].port, 4555);
+  EXPECT_EQ(back->exports[0].allowed_hosts, e.allowed_hosts);
+  EXPECT_FALSE(back->exports[0].allow_any_host);
+  // Version 1 files (no exports) are still read; exports in one are not.
+  EXPECT_TRUE(
+      config_from_json(R"({"format":"kvtier-blockd-config","version":1,"volumes":[]})").ok());
+  EXPECT_FALSE(
+      config_from_json(R"({"format":"kvtier-blockd-config","version":1,"volumes":[],"exports":[]})")
+          .ok());
+  EXPECT_FALSE(config_from_json(R"({"format":"kvtier-blockd-config","version":2,"volumes":[],)"
+                                R"("exports":[{"nqn":"nqn.x","volume":"v","port":70000}]})")
+                   .ok());
+  DaemonConfig bad = c;
+  bad.exports[0].volume = "nope";
+  EXPECT_FALSE(validate_config(bad).ok());
+  bad = c;
+  bad.exports[0].nqn = "not-an-nqn";
+  EXPECT_FALSE(validate_config(bad).ok());
+  bad = c;
+  bad.exports.push_back(e);  // same NQN twice
+  EXPECT_FALSE(validate_config(bad).ok());
+  bad = c;
+  bad.exports.push_back(e);
+  bad.exports[1].nqn = "nqn.2024-01.io.kvtier:other";  // same volume twice
+  EXPECT_FALSE(validate_config(bad).ok());
+  bad = c;
+  bad.exports[0].allowed_hosts = {"bad host"};
+  EXPECT_FALSE(validate_config(bad).ok());
 }
 
 TEST(ConfigTest, SaveIsAtomicAndLoadReadsItBack) {

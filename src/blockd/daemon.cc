@@ -58,12 +58,34 @@ Result<std::unique_ptr<BlockDaemon>> BlockDaemon::open(const std::string& config
   std::unique_ptr<BlockDaemon> d(new BlockDaemon(config_path));
   std::lock_guard lk(d->mu_);
   for (const auto& v : cfg->volumes) d->add_restored_locked(v);
+  for (const auto& e : cfg->exports) {
+    Status st = d->start_export_locked(e);
+    if (st.ok()) {
+      spdlog::info("blockd: export '{}' of '{}' restored on {}:{}", e.nqn, e.volume, e.address,
+                   e.port);
+      continue;
+    }
+    // Kept (and persisted) with its error, so the operator sees it and its
+    // volume stays protected from deletion.
+    spdlog::error("blockd: export '{}' not restored: {}", e.nqn, st.message());
+    auto x = std::make_unique<Export>();
+    x->cfg = e;
+    x->error = st.message();
+    if (d->volumes_.count(e.volume)) d->volumes_[e.volume]->exported_as = e.nqn;
+    d->exports_[e.nqn] = std::move(x);
+    d->export_order_.push_back(e.nqn);
+  }
   return d;
 }
 
 BlockDaemon::~BlockDaemon() {
-  // Tear down top-down: arrays and partitions before the volumes they use.
+  // Tear down top-down: exports (their connections end), then arrays and
+  // partitions before the volumes they use.
   std::lock_guard lk(mu_);
+  for (auto& [nqn, e] : exports_) {
+    if (e->target) e->target->stop();
+  }
+  exports_.clear();
   for (auto it = order_.rbegin(); it != order_.rend(); ++it) volumes_.erase(*it);
 }
 
@@ -113,6 +135,7 @@ Status BlockDaemon::instantiate_locked(const VolumeConfig& cfg, bool format) {
       return Status::failed_precondition(
           fmt::format("'{}' is already used by '{}'", cfg.parent, (*parent)->used_by));
     }
+    KVTIER_RETURN_IF_ERROR(check_not_exported_locked(cfg.parent));
     auto p = blk::Partition::create((*parent)->qos, cfg.offset_bytes, cfg.length_bytes, cfg.name);
     if (!p.ok()) return p.status();
     base = std::move(*p);
@@ -125,6 +148,7 @@ Status BlockDaemon::instantiate_locked(const VolumeConfig& cfg, bool format) {
         return Status::failed_precondition(
             fmt::format("'{}' is already used by '{}'", m, (*mv)->used_by));
       }
+      KVTIER_RETURN_IF_ERROR(check_not_exported_locked(m));
       if (std::count(cfg.members.begin(), cfg.members.end(), m) > 1) {
         return Status::invalid_argument(fmt::format("'{}' is listed twice", m));
       }
@@ -177,6 +201,7 @@ Status BlockDaemon::instantiate_locked(const VolumeConfig& cfg, bool format) {
 Status BlockDaemon::persist_locked() {
   DaemonConfig c;
   for (const auto& n : order_) c.volumes.push_back(volumes_.at(n)->cfg);
+  for (const auto& n : export_order_) c.exports.push_back(exports_.at(n)->cfg);
   return save_config_atomic(config_path_, c);
 }
 
@@ -281,6 +306,11 @@ Result<v1::Volume> BlockDaemon::remove(const std::string& name) {
     return Status::failed_precondition(
         fmt::format("'{}' is used by '{}'; delete that first", name, (*v)->used_by));
   }
+  if (!(*v)->exported_as.empty()) {
+    return Status::failed_precondition(fmt::format(
+        "'{}' is exported as '{}'; delete the export first (kvtier blk export delete {})", name,
+        (*v)->exported_as, (*v)->exported_as));
+  }
   v1::Volume out = describe_locked(**v);
   VolumeConfig cfg = (*v)->cfg;
   volumes_.erase(name);
@@ -308,6 +338,7 @@ Result<v1::Volume> BlockDaemon::replace_member(const v1::ReplaceMemberRequest& r
         fmt::format("'{}' is already used by '{}'", r.device(), (*d)->used_by));
   }
   if (r.device() == r.array()) return Status::invalid_argument("an array cannot be its own member");
+  KVTIER_RETURN_IF_ERROR(check_not_exported_locked(r.device()));
   if (!(*d)->error.empty())
     return Status::unavailable(fmt::format("'{}' is unavailable", r.device()));
   if (r.slot() >= (*a)->cfg.members.size()) {
@@ -479,6 +510,143 @@ Result<std::string> BlockDaemon::read(const v1::ReadRequest& r) {
   return std::string(reinterpret_cast<const char*>(buf.data()), r.length());
 }
 
+Status BlockDaemon::check_not_exported_locked(const std::string& volume) const {
+  auto it = volumes_.find(volume);
+  if (it != volumes_.end() && !it->second->exported_as.empty()) {
+    return Status::failed_precondition(
+        fmt::format("'{}' is exported as '{}'", volume, it->second->exported_as));
+  }
+  return Status::ok_status();
+}
+
+Status BlockDaemon::start_export_locked(ExportConfig cfg) {
+  if (!valid_export_nqn(cfg.nqn)) {
+    return Status::invalid_argument(fmt::format(
+        "export NQN '{}' must start with 'nqn.' and be at most 223 bytes of printable ASCII",
+        cfg.nqn));
+  }
+  if (exports_.count(cfg.nqn)) {
+    return Status::already_exists(fmt::format("export '{}' exists", cfg.nqn));
+  }
+  for (const auto& h : cfg.allowed_hosts) {
+    if (!valid_export_nqn(h)) {
+      return Status::invalid_argument(fmt::format("allowed host '{}' is not an NQN", h));
+    }
+  }
+  auto v = find_locked(cfg.volume);
+  if (!v.ok()) return v.status();
+  if (!(*v)->error.empty() || !(*v)->qos) {
+    return Status::unavailable(fmt::format("'{}' is unavailable", cfg.volume));
+  }
+  if (!(*v)->used_by.empty()) {
+    return Status::failed_precondition(
+        fmt::format("'{}' is part of '{}'; export that volume", cfg.volume, (*v)->used_by));
+  }
+  if (!(*v)->exported_as.empty()) {
+    return Status::already_exists(
+        fmt::format("'{}' is already exported as '{}'", cfg.volume, (*v)->exported_as));
+  }
+  auto e = std::make_unique<Export>();
+  // Errors of remote hosts must not fail the volume: count only.
+  blk::HealthOptions ho;
+  ho.degraded_after = 0;
+  ho.error_budget = 0;
+  e->counted = std::make_shared<blk::HealthDevice>((*v)->qos, ho);
+  nvmf::TargetConfig tc;
+  tc.address = cfg.address;
+  tc.port = cfg.port;
+  nvmf::SubsystemConfig sub;
+  sub.nqn = cfg.nqn;
+  sub.namespaces.push_back(e->counted);
+  sub.allowed_hosts = cfg.allowed_hosts;
+  sub.allow_any_host = cfg.allow_any_host;
+  tc.subsystems.push_back(std::move(sub));
+  auto t = nvmf::NvmfTarget::start(std::move(tc));
+  if (!t.ok()) {
+    return Status(t.status().code(), fmt::format("export '{}' on {}:{}: {}", cfg.nqn, cfg.address,
+                                                 cfg.port, t.status().message()));
+  }
+  e->target = std::move(*t);
+  cfg.port = e->target->port();  // a restart binds the same port again
+  e->cfg = std::move(cfg);
+  (*v)->exported_as = e->cfg.nqn;
+  export_order_.push_back(e->cfg.nqn);
+  exports_[e->cfg.nqn] = std::move(e);
+  return Status::ok_status();
+}
+
+Result<v1::Export> BlockDaemon::create_export(const v1::CreateExportRequest& r) {
+  std::lock_guard lk(mu_);
+  if (r.port() > 65535) return Status::invalid_argument("port must be 1..65535 (0: 4420)");
+  ExportConfig c;
+  c.nqn = r.nqn();
+  c.volume = r.volume();
+  if (!r.address().empty()) c.address = r.address();
+  c.port = r.port() ? static_cast<uint16_t>(r.port()) : 4420;
+  c.allowed_hosts.assign(r.allowed_hosts().begin(), r.allowed_hosts().end());
+  c.allow_any_host = r.allow_any_host();
+  KVTIER_RETURN_IF_ERROR(start_export_locked(c));
+  Status st = persist_locked();
+  if (!st.ok()) {
+    // Not persisted: not created.
+    exports_.at(c.nqn)->target->stop();
+    exports_.erase(c.nqn);
+    export_order_.pop_back();
+    volumes_.at(c.volume)->exported_as.clear();
+    return st;
+  }
+  return describe_export_locked(*exports_.at(c.nqn));
+}
+
+Result<v1::Export> BlockDaemon::delete_export(const std::string& nqn) {
+  std::lock_guard lk(mu_);
+  auto it = exports_.find(nqn);
+  if (it == exports_.end()) return Status::not_found(fmt::format("no export '{}'", nqn));
+  if (it->second->target) it->second->target->stop();  // closes every connection
+  v1::Export out = describe_export_locked(*it->second);
+  out.set_state("deleted");
+  if (volumes_.count(it->second->cfg.volume)) volumes_[it->second->cfg.volume]->exported_as.clear();
+  exports_.erase(it);
+  export_order_.erase(std::find(export_order_.begin(), export_order_.end(), nqn));
+  KVTIER_RETURN_IF_ERROR(persist_locked());
+  return out;
+}
+
+v1::ExportList BlockDaemon::list_exports() const {
+  std::lock_guard lk(mu_);
+  v1::ExportList l;
+  for (const auto& n : export_order_) *l.add_exports() = describe_export_locked(*exports_.at(n));
+  return l;
+}
+
+v1::Export BlockDaemon::describe_export_locked(const Export& e) const {
+  v1::Export o;
+  o.set_nqn(e.cfg.nqn);
+  o.set_volume(e.cfg.volume);
+  o.set_address(e.cfg.address);
+  o.set_port(e.cfg.port);
+  for (const auto& h : e.cfg.allowed_hosts) o.add_allowed_hosts(h);
+  o.set_allow_any_host(e.cfg.allow_any_host);
+  if (!e.error.empty()) {
+    o.set_state("unavailable: " + e.error);
+    return o;
+  }
+  o.set_state("serving");
+  o.set_connections(e.target->connections_served());
+  const auto s = e.counted->stats();
+  auto* st = o.mutable_stats();
+  st->set_reads(s.reads);
+  st->set_writes(s.writes);
+  st->set_bytes_read(s.bytes_read);
+  st->set_bytes_written(s.bytes_written);
+  st->set_errors(s.errors);
+  st->set_read_p50_us(e.counted->read_latency().quantile(0.5) / 1e3);
+  st->set_read_p99_us(e.counted->read_latency().quantile(0.99) / 1e3);
+  st->set_write_p50_us(e.counted->write_latency().quantile(0.5) / 1e3);
+  st->set_write_p99_us(e.counted->write_latency().quantile(0.99) / 1e3);
+  return o;
+}
+
 std::string BlockDaemon::render_metrics() const {
   std::lock_guard lk(mu_);
   std::string out;
@@ -544,6 +712,31 @@ std::string BlockDaemon::render_metrics() const {
     out += fmt::format("kvtier_blockd_array_rebuild_rows_done{{volume=\"{}\"}} {}\n",
                        prom_escape(n), st.rebuild_rows_done);
   }
+  auto each_export = [&](const char* name, const char* type, const char* help, auto value_of) {
+    family(name, type, help);
+    for (const auto& n : export_order_) {
+      const Export& e = *exports_.at(n);
+      if (!e.target && std::string(name) != "kvtier_blockd_export_up") continue;
+      out += fmt::format("{}{{nqn=\"{}\",volume=\"{}\"}} {}\n", name, prom_escape(n),
+                         prom_escape(e.cfg.volume), value_of(e));
+    }
+  };
+  each_export("kvtier_blockd_export_up", "gauge", "1 when the NVMe/TCP export is serving",
+              [](const Export& e) { return e.target ? 1 : 0; });
+  each_export("kvtier_blockd_export_connections_total", "counter",
+              "NVMe/TCP queue connections accepted",
+              [](const Export& e) { return e.target->connections_served(); });
+  each_export("kvtier_blockd_export_reads_total", "counter", "Reads through the export",
+              [](const Export& e) { return e.counted->stats().reads; });
+  each_export("kvtier_blockd_export_writes_total", "counter", "Writes through the export",
+              [](const Export& e) { return e.counted->stats().writes; });
+  each_export("kvtier_blockd_export_read_bytes_total", "counter", "Bytes read through the export",
+              [](const Export& e) { return e.counted->stats().bytes_read; });
+  each_export("kvtier_blockd_export_written_bytes_total", "counter",
+              "Bytes written through the export",
+              [](const Export& e) { return e.counted->stats().bytes_written; });
+  each_export("kvtier_blockd_export_errors_total", "counter", "Failed requests of the export",
+              [](const Export& e) { return e.counted->stats().errors; });
   return out;
 }
 

@@ -5,7 +5,10 @@
 // config is saved atomically; at start the config is replayed in order
 // (files opened, redundant arrays assembled from their superblocks, RAID0
 // and partitions recreated). A volume that cannot be restored stays listed
-// with its error instead of stopping the daemon.
+// with its error instead of stopping the daemon. NVMe/TCP exports (one NVM
+// subsystem per export, namespace 1 = a volume, its own listener) are part of
+// the same config and restored after the volumes; a volume with an export
+// cannot be deleted or built upon.
 //
 // Threads: management calls take one mutex (they are rare); data calls
 // (read/write) look up the volume under it and do their I/O outside it.
@@ -25,6 +28,7 @@
 #include "blockd.pb.h"
 #include "blockd/config.h"
 #include "common/status.h"
+#include "nvmf/target.h"
 
 namespace kvtier::blockd {
 
@@ -47,6 +51,10 @@ class BlockDaemon {
   Status write(const v1::WriteRequest& r);
   Result<std::string> read(const v1::ReadRequest& r);
 
+  Result<v1::Export> create_export(const v1::CreateExportRequest& r);
+  Result<v1::Export> delete_export(const std::string& nqn);
+  v1::ExportList list_exports() const;
+
   // Prometheus text of every volume and array.
   std::string render_metrics() const;
 
@@ -60,7 +68,17 @@ class BlockDaemon {
     std::shared_ptr<blk::HealthDevice> health;
     std::shared_ptr<blk::QosDevice> qos;  // the device everything above uses
     std::string used_by;
-    std::string error;  // set when the volume could not be restored
+    std::string exported_as;  // NQN of the export serving it, if any
+    std::string error;        // set when the volume could not be restored
+  };
+
+  struct Export {
+    ExportConfig cfg;
+    // Counts the I/O of this export alone (the volume's own counters also see
+    // gRPC reads and writes).
+    std::shared_ptr<blk::HealthDevice> counted;
+    std::unique_ptr<nvmf::NvmfTarget> target;
+    std::string error;  // set when the export could not be restored
   };
 
   explicit BlockDaemon(std::string config_path) : config_path_(std::move(config_path)) {}
@@ -73,11 +91,18 @@ class BlockDaemon {
   Result<const Volume*> find_locked(const std::string& name) const;
   v1::Volume describe_locked(const Volume& v) const;
   Result<std::shared_ptr<blk::BlockDevice>> data_device(const std::string& name) const;
+  // Starts the target of `cfg` (its volume must be usable); on success the
+  // export is recorded with the port actually bound.
+  Status start_export_locked(ExportConfig cfg);
+  v1::Export describe_export_locked(const Export& e) const;
+  Status check_not_exported_locked(const std::string& volume) const;
 
   const std::string config_path_;
   mutable std::mutex mu_;
   std::vector<std::string> order_;  // creation order (the config's order)
   std::map<std::string, std::unique_ptr<Volume>> volumes_;
+  std::vector<std::string> export_order_;  // creation order (the config's order)
+  std::map<std::string, std::unique_ptr<Export>> exports_;
 };
 
 }  // namespace kvtier::blockd

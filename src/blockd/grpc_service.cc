@@ -117,6 +117,23 @@ class Service final : public v1::BlockDaemon::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status CreateExport(grpc::ServerContext* ctx, const v1::CreateExportRequest* r,
+                            v1::Export* out) override {
+    if (auto st = check(ctx); !st.ok()) return st;
+    return reply(d_.create_export(*r), out);
+  }
+  grpc::Status DeleteExport(grpc::ServerContext* ctx, const v1::ExportRef* r,
+                            v1::Export* out) override {
+    if (auto st = check(ctx); !st.ok()) return st;
+    return reply(d_.delete_export(r->nqn()), out);
+  }
+  grpc::Status ListExports(grpc::ServerContext* ctx, const v1::ListRequest*,
+                           v1::ExportList* out) override {
+    if (auto st = check(ctx); !st.ok()) return st;
+    *out = d_.list_exports();
+    return grpc::Status::OK;
+  }
+
  private:
   grpc::Status check(grpc::ServerContext* ctx) const {
     if (peer_allowed(ctx->peer(), allowed_)) return grpc::Status::OK;

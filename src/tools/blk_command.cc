@@ -30,6 +30,11 @@ struct BlkCli {
   // Shared fields of the subcommands.
   std::string name, path, level, parent, device, file;
   std::vector<std::string> members;
+  // export
+  std::string nqn, volume, address = "127.0.0.1";
+  uint32_t port = 4420;
+  std::vector<std::string> allowed_hosts;
+  bool allow_any_host = false;
   double size_mib = 0, offset_mib = 0, length_mib = 0;
   uint64_t offset = 0, length = 0;
   uint32_t strip_kib = 64, copies = 2, slot = 0;
@@ -141,6 +146,32 @@ void print_volume(const v1::Volume& v) {
       s.errors(), s.read_p50_us(), s.read_p99_us(), s.write_p50_us(), s.write_p99_us());
 }
 
+void print_export_row(const v1::Export& e) {
+  std::string hosts = e.allow_any_host() ? "any" : "";
+  for (const auto& h : e.allowed_hosts()) hosts += (hosts.empty() ? "" : ",") + h;
+  if (hosts.empty()) hosts = "none";
+  std::cout << fmt::format("{:<36} {:<14} {:<22} {:<10} {:>6} {:>10} {:>10}  {}\n", e.nqn(),
+                           e.volume(), fmt::format("{}:{}", e.address(), e.port()), e.state(),
+                           e.connections(), human_bytes(e.stats().bytes_read()),
+                           human_bytes(e.stats().bytes_written()), hosts);
+}
+
+void print_export_header() {
+  std::cout << fmt::format("{:<36} {:<14} {:<22} {:<10} {:>6} {:>10} {:>10}  {}\n", "nqn", "volume",
+                           "listen", "state", "conns", "read", "written", "allowed hosts");
+}
+
+int print_export(const BlkCli& c, const grpc::Status& st, const v1::Export& e) {
+  if (!st.ok()) return fail(st);
+  if (c.json) {
+    std::cout << to_json(e) << std::endl;
+  } else {
+    print_export_header();
+    print_export_row(e);
+  }
+  return 0;
+}
+
 int print_reply(const BlkCli& c, const grpc::Status& st, const v1::Volume& v) {
   if (!st.ok()) return fail(st);
   if (c.json) {
@@ -160,9 +191,13 @@ void add_common(CLI::App* cmd, BlkCli* c) {
       ->capture_default_str();
 }
 
+void add_export_commands(CLI::App* blk, const std::shared_ptr<BlkCli>& c);
+
 void add_blk_commands(CLI::App& root) {
   auto* blk = root.add_subcommand(
-      "blk", "Manage kvtier-blockd (volumes, RAID arrays, partitions, QoS) over its gRPC API");
+      "blk",
+      "Manage kvtier-blockd (volumes, RAID arrays, partitions, QoS, NVMe/TCP exports) over its "
+      "gRPC API");
   blk->require_subcommand(1);
   auto c = std::make_shared<BlkCli>();
 
@@ -385,6 +420,72 @@ void add_blk_commands(CLI::App& root) {
     std::ofstream out(c->file, std::ios::binary);
     out << rep.data();
     std::exit(out ? 0 : 1);
+  });
+
+  add_export_commands(blk, c);
+}
+
+void add_export_commands(CLI::App* blk, const std::shared_ptr<BlkCli>& c) {
+  auto* ex = blk->add_subcommand(
+      "export", "Serve volumes over NVMe/TCP (one subsystem per export, namespace 1)");
+  ex->require_subcommand(1);
+
+  auto* cr = ex->add_subcommand(
+      "create", "Export a volume; only the listed host NQNs may connect (deny by default)");
+  cr->add_option("nqn", c->nqn, "Subsystem NQN, e.g. nqn.2024-01.io.kvtier:vol0")->required();
+  cr->add_option("--volume", c->volume, "Volume to serve (nothing may be built on it)")->required();
+  cr->add_option("--address", c->address, "Listen address (loopback unless you say otherwise)")
+      ->capture_default_str();
+  cr->add_option("--port", c->port, "Listen port")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65535));
+  cr->add_option("--allow-host", c->allowed_hosts, "Host NQN allowed to connect (repeat)");
+  cr->add_flag("--allow-any-host", c->allow_any_host, "Let any host NQN connect");
+  add_common(cr, c.get());
+  cr->callback([c] {
+    v1::CreateExportRequest r;
+    r.set_nqn(c->nqn);
+    r.set_volume(c->volume);
+    r.set_address(c->address);
+    r.set_port(c->port);
+    for (const auto& h : c->allowed_hosts) r.add_allowed_hosts(h);
+    r.set_allow_any_host(c->allow_any_host);
+    if (c->allowed_hosts.empty() && !c->allow_any_host) {
+      std::fprintf(stderr, "kvtier blk: note: no --allow-host given, so no host can connect yet\n");
+    }
+    grpc::ClientContext ctx;
+    set_deadline(ctx, *c);
+    v1::Export e;
+    std::exit(print_export(*c, stub(*c)->CreateExport(&ctx, r, &e), e));
+  });
+
+  auto* del = ex->add_subcommand("delete", "Stop an export and close its connections");
+  del->add_option("nqn", c->nqn, "Subsystem NQN")->required();
+  add_common(del, c.get());
+  del->callback([c] {
+    v1::ExportRef r;
+    r.set_nqn(c->nqn);
+    grpc::ClientContext ctx;
+    set_deadline(ctx, *c);
+    v1::Export e;
+    std::exit(print_export(*c, stub(*c)->DeleteExport(&ctx, r, &e), e));
+  });
+
+  auto* ls = ex->add_subcommand("list", "Every export with its state and traffic");
+  add_common(ls, c.get());
+  ls->callback([c] {
+    grpc::ClientContext ctx;
+    set_deadline(ctx, *c);
+    v1::ExportList rep;
+    auto st = stub(*c)->ListExports(&ctx, v1::ListRequest(), &rep);
+    if (!st.ok()) std::exit(fail(st));
+    if (c->json) {
+      std::cout << to_json(rep) << std::endl;
+    } else {
+      print_export_header();
+      for (const auto& e : rep.exports()) print_export_row(e);
+    }
+    std::exit(0);
   });
 }
 
