@@ -356,6 +356,26 @@ Result<ServerConfig> parse_server_config(std::string_view json_text) {
     KVTIER_RETURN_IF_ERROR(require_object(v, "store"));
     KVTIER_RETURN_IF_ERROR(parse_store(*v, &c.store));
   }
+  if (const json* v = f.find("etcd")) {
+    KVTIER_RETURN_IF_ERROR(require_object(v, "etcd"));
+    Fields e(*v, "etcd");
+    EtcdMembershipConfig m;
+    KVTIER_RETURN_IF_ERROR(e.get_string("url", 256, &m.url));
+    KVTIER_RETURN_IF_ERROR(e.get_string("prefix", 256, &m.prefix));
+    KVTIER_RETURN_IF_ERROR(e.get_string("node_id", 128, &m.node_id));
+    KVTIER_RETURN_IF_ERROR(e.get_string("advertise_address", 256, &m.advertise_address));
+    KVTIER_RETURN_IF_ERROR(e.get_uint_as("ttl_s", 2, 3600, &m.ttl_s));
+    KVTIER_RETURN_IF_ERROR(e.get_uint_as("timeout_ms", 1, 60000, &m.timeout_ms));
+    KVTIER_RETURN_IF_ERROR(e.finish());
+    if (m.url.empty()) return Status::invalid_argument("config key 'etcd.url' is required");
+    auto ep = parse_etcd_url(m.url);
+    if (!ep.ok()) return Status::invalid_argument("etcd.url: " + ep.status().message());
+    if (m.node_id.empty() || m.node_id.find('/') != std::string::npos) {
+      return Status::invalid_argument(
+          "config key 'etcd.node_id' is required and may not contain '/'");
+    }
+    c.etcd = std::move(m);
+  }
   KVTIER_RETURN_IF_ERROR(f.finish());
   KVTIER_RETURN_IF_ERROR(c.validate());
   return c;

@@ -15,6 +15,7 @@
 
 #include "common/status.h"
 #include "kv/store.h"
+#include "net/etcd_registration.h"
 
 namespace kvtier::net {
 
@@ -62,6 +63,9 @@ struct ServerConfig {
   uint64_t shm_max_area_bytes = 256ull << 20;
 
   StoreConfig store;
+  // Cluster membership (docs/store-service.md, "Several nodes"): when set,
+  // `kvtier store serve` registers this node in etcd under a lease.
+  std::optional<EtcdMembershipConfig> etcd;
 
   // Range checks and the loopback/token rule. parse_server_config() calls it.
   Status validate() const;

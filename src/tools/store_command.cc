@@ -16,6 +16,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "net/cluster_store.h"
+#include "net/etcd_registration.h"
 #include "net/remote_store.h"
 #include "net/server_config.h"
 #include "net/store_server.h"
@@ -61,10 +63,36 @@ int run_serve(const std::string& config_path) {
                static_cast<int>(getpid()));
   std::fflush(stderr);
 
+  // Cluster membership: registered only once the listener is up, so that a
+  // client never finds an address that refuses connections.
+  std::unique_ptr<net::EtcdRegistration> registration;
+  if (cfg->etcd) {
+    std::string host =
+        cfg->etcd->advertise_address.empty() ? (*server)->address() : cfg->etcd->advertise_address;
+    auto reg = net::EtcdRegistration::start(*cfg->etcd, host_port(host, (*server)->port()));
+    if (!reg.ok()) {
+      std::fprintf(stderr, "kvtier store serve: etcd registration at %s failed: %s\n",
+                   cfg->etcd->url.c_str(), reg.status().to_string().c_str());
+      (void)(*server)->stop();
+      return 1;
+    }
+    registration = std::move(*reg);
+    std::fprintf(stderr, "kvtier store serve: registered as %s in etcd %s (lease ttl %u s)\n",
+                 registration->key().c_str(), cfg->etcd->url.c_str(), cfg->etcd->ttl_s);
+    std::fflush(stderr);
+  }
+
   int sig = 0;
   sigwait(&stop_signals, &sig);
   std::fprintf(stderr, "kvtier store serve: %s, stopping\n", strsignal(sig));
   std::fflush(stderr);
+  if (registration) {
+    // Leave the node set first, so clients stop sending here before we close.
+    Status rs = registration->stop();
+    if (!rs.ok()) {
+      std::fprintf(stderr, "kvtier store serve: etcd lease revoke: %s\n", rs.to_string().c_str());
+    }
+  }
   Status st = (*server)->stop();
   if (!st.ok()) {
     std::fprintf(stderr, "kvtier store serve: stop: %s\n", st.to_string().c_str());
@@ -159,6 +187,36 @@ int run_stats(const StatsCli& cli) {
   return 0;
 }
 
+struct NodesCli {
+  std::string etcd_url = "http://127.0.0.1:2379";
+  std::string prefix = "kvtier";
+  uint32_t timeout_ms = 2000;
+  bool json = false;
+};
+
+int run_nodes(const NodesCli& cli) {
+  auto nodes = net::read_etcd_nodes(cli.etcd_url, cli.prefix, cli.timeout_ms);
+  if (!nodes.ok()) {
+    std::fprintf(stderr, "kvtier store nodes: %s\n", nodes.status().to_string().c_str());
+    return 1;
+  }
+  if (cli.json) {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const auto& n : *nodes)
+      arr.push_back({{"id", n.id}, {"address", host_port(n.host, n.port)}});
+    std::cout
+        << nlohmann::json{{"etcd", cli.etcd_url}, {"prefix", cli.prefix}, {"nodes", arr}}.dump()
+        << std::endl;
+    return 0;
+  }
+  std::ostringstream out;
+  out << nodes->size() << " live node(s) under " << net::etcd_nodes_key_prefix(cli.prefix) << " in "
+      << cli.etcd_url << "\n";
+  for (const auto& n : *nodes) out << n.id << "  " << host_port(n.host, n.port) << "\n";
+  std::cout << out.str() << std::flush;
+  return 0;
+}
+
 }  // namespace
 
 void add_store_commands(CLI::App& app) {
@@ -169,7 +227,11 @@ void add_store_commands(CLI::App& app) {
   auto* serve = store->add_subcommand(
       "serve",
       "Serve a store (RAM tier, optional disk tier) over TCP until SIGINT/SIGTERM; "
-      "/metrics and /health on a separate HTTP port. See docs/store-service.md");
+      "/metrics and /health on a separate HTTP port. With an \"etcd\" section in the config "
+      "({\"url\": \"http://127.0.0.1:2379\", \"node_id\": \"a\", \"prefix\": \"kvtier\", "
+      "\"ttl_s\": 10, \"advertise_address\": \"...\"}) the node registers "
+      "/<prefix>/nodes/<node_id> = host:port under a lease of ttl_s seconds, renews it, and "
+      "revokes it on SIGTERM/SIGINT. See docs/store-service.md");
   serve->add_option("--config", *config, "JSON configuration file (docs/store-service.md)")
       ->required()
       ->check(CLI::ExistingFile);
@@ -187,6 +249,19 @@ void add_store_commands(CLI::App& app) {
       ->check(CLI::Range(1u, 600000u));
   stats->add_flag("--json", cli->json, "Print one JSON object instead of a table");
   stats->callback([cli] { std::exit(run_stats(*cli)); });
+
+  auto ncli = std::make_shared<NodesCli>();
+  auto* nodes = store->add_subcommand(
+      "nodes", "List the live store nodes registered in etcd (a read of /<prefix>/nodes/)");
+  nodes->add_option("--etcd", ncli->etcd_url, "etcd client URL (http://HOST:PORT)")
+      ->capture_default_str();
+  nodes->add_option("--prefix", ncli->prefix, "Key prefix the nodes register under")
+      ->capture_default_str();
+  nodes->add_option("--timeout-ms", ncli->timeout_ms, "etcd call timeout")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 600000u));
+  nodes->add_flag("--json", ncli->json, "Print one JSON object instead of a table");
+  nodes->callback([ncli] { std::exit(run_nodes(*ncli)); });
 }
 
 namespace {

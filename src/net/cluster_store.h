@@ -1,0 +1,101 @@
+// ClusterStore: a client of several store nodes that looks like one store
+// (the operations and result types of kv::Store and RemoteStore). Each block
+// key lives on one node, chosen by rendezvous hashing over the live node set
+// (net/placement.h); the client keeps one RemoteStore per node and sends
+// each operation to the key's owner. Batch operations are split per node,
+// sent to the nodes in parallel, and merged back in the caller's order.
+//
+// match_prefix of a chain asks each node, in one call, for the keys of the
+// chain it owns (in chain order). A node answers how many of its keys lead
+// present; its first missing key, if any, sits at some chain position. The
+// answer is the smallest such position over all nodes (the whole chain when
+// no node misses): the longest prefix whose every key is present on its
+// owner.
+//
+// Membership: a static list of nodes, or etcd (`/<prefix>/nodes/<node-id>` =
+// "host:port" under each node's lease, written by `kvtier store serve`),
+// which a background thread reads every `poll_ms`. A node whose key is gone
+// (lease expired or revoked) drops out of the set and its keys move to the
+// remaining nodes (they were stored on the node that left: misses). A node
+// that appears takes its share of keys, new writes included. While a node is
+// in the set but down, its keys are misses answered within the RemoteStore
+// call timeout, never errors. If etcd cannot be read, the last node set is
+// kept.
+//
+// Thread-safety: every method may be called concurrently from any thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/buffer.h"
+#include "common/status.h"
+#include "kv/store.h"
+#include "net/remote_store.h"
+
+namespace kvtier::net {
+
+struct ClusterNode {
+  std::string id;
+  std::string host;
+  uint16_t port = 0;
+};
+
+struct ClusterStoreOptions {
+  // Either a static node list ...
+  std::vector<ClusterNode> nodes;
+  // ... or etcd membership (used when etcd_url is set).
+  std::string etcd_url;  // "http://127.0.0.1:2379"
+  std::string etcd_prefix = "kvtier";
+  uint32_t poll_ms = 500;
+  uint32_t etcd_timeout_ms = 1000;
+  // Options of each node's RemoteStore (host and port are replaced).
+  RemoteStoreOptions node_options;
+};
+
+// "host:port" or "[v6]:port" to a node; the value a node registers in etcd.
+Result<ClusterNode> parse_node_address(const std::string& id, const std::string& address);
+// Reads the live nodes registered under `prefix` (docs/store-service.md).
+Result<std::vector<ClusterNode>> read_etcd_nodes(const std::string& etcd_url,
+                                                 const std::string& prefix, uint32_t timeout_ms);
+// "/<prefix>/nodes/" with the prefix's slashes trimmed.
+std::string etcd_nodes_key_prefix(const std::string& prefix);
+
+class ClusterStore {
+ public:
+  // With etcd, reads the node set once (an error if etcd cannot be read) and
+  // starts polling.
+  static Result<std::unique_ptr<ClusterStore>> open(const ClusterStoreOptions& options);
+  ~ClusterStore();
+  ClusterStore(const ClusterStore&) = delete;
+  ClusterStore& operator=(const ClusterStore&) = delete;
+
+  // The current node set, sorted by id.
+  std::vector<ClusterNode> nodes() const;
+  // Id of the node that owns `key` now ("" when there is none).
+  std::string owner_of(const kv::Key128& key) const;
+  // Reads etcd now instead of waiting for the next poll.
+  Status refresh();
+
+  Result<uint16_t> register_namespace(const kv::Namespace& ns);
+  Result<kv::PutResult> put(uint16_t ns, const kv::Key128& key, ByteView data);
+  Result<kv::GetResult> get(uint16_t ns, const kv::Key128& key, MutableByteView out);
+  Result<std::vector<kv::PutResult>> batch_put(uint16_t ns, std::span<const kv::Key128> keys,
+                                               std::span<const ByteView> data);
+  Result<std::vector<kv::GetResult>> batch_get(uint16_t ns,
+                                               std::span<const kv::BatchGetItem> items);
+  Result<kv::MatchResult> match_prefix(uint16_t ns, std::span<const kv::Key128> keys);
+  Result<bool> remove(uint16_t ns, const kv::Key128& key);
+  Result<size_t> pin(uint16_t ns, std::span<const kv::Key128> keys, uint64_t ttl_ms);
+  Result<size_t> unpin(uint16_t ns, std::span<const kv::Key128> keys);
+
+ private:
+  struct Impl;
+  explicit ClusterStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvtier::net

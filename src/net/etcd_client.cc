@@ -1,0 +1,336 @@
+#include "net/etcd_client.h"
+
+#include <fmt/format.h>
+#include <openssl/evp.h>
+
+#include <array>
+#include <asio/connect.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/write.hpp>
+#include <cerrno>
+#include <chrono>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+// Local helper: assigns a Result's value or returns its Status.
+#define ETCD_CAT2(a, b) a##b
+#define ETCD_CAT(a, b) ETCD_CAT2(a, b)
+#define KVTIER_ASSIGN_OR_RETURN(lhs, expr)                                        \
+  auto ETCD_CAT(_res_, __LINE__) = (expr);                                        \
+  if (!ETCD_CAT(_res_, __LINE__).ok()) return ETCD_CAT(_res_, __LINE__).status(); \
+  lhs = std::move(*ETCD_CAT(_res_, __LINE__))
+
+namespace kvtier::net {
+
+namespace {
+
+using nlohmann::json;
+
+// etcd's gateway writes int64 fields as strings; accept numbers as well.
+Result<int64_t> json_int64(const json& obj, const char* key, int64_t dflt) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return dflt;
+  if (it->is_number_integer()) return it->get<int64_t>();
+  if (it->is_string()) {
+    const std::string& s = it->get_ref<const std::string&>();
+    char* end = nullptr;
+    errno = 0;
+    long long v = std::strtoll(s.c_str(), &end, 10);
+    if (!s.empty() && end == s.c_str() + s.size() && errno == 0) return static_cast<int64_t>(v);
+  }
+  return Status::corruption(fmt::format("etcd answer: field '{}' is not an integer", key));
+}
+
+Result<json> parse_answer(std::string_view body) {
+  json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Status::corruption("etcd answer is not a JSON object");
+  }
+  if (j.contains("error") || (j.contains("code") && !j.contains("header"))) {
+    std::string msg = j.value("message", j.contains("error") ? j["error"].dump() : "");
+    return Status::io_error(fmt::format("etcd error: {}", msg));
+  }
+  return j;
+}
+
+// Decodes a chunked transfer body; an error for anything malformed.
+Result<std::string> dechunk(std::string_view in, size_t max_bytes) {
+  std::string out;
+  size_t pos = 0;
+  while (true) {
+    size_t eol = in.find("\r\n", pos);
+    if (eol == std::string_view::npos) return Status::corruption("truncated chunked HTTP body");
+    std::string size_text(in.substr(pos, eol - pos));
+    size_t semi = size_text.find(';');
+    if (semi != std::string::npos) size_text.resize(semi);
+    char* end = nullptr;
+    unsigned long long n = std::strtoull(size_text.c_str(), &end, 16);
+    if (size_text.empty() || *end != '\0') return Status::corruption("bad HTTP chunk size");
+    pos = eol + 2;
+    if (n == 0) return out;
+    if (n > max_bytes - out.size() || in.size() - pos < n + 2) {
+      return Status::corruption("HTTP chunk larger than the body or the limit");
+    }
+    out.append(in.substr(pos, n));
+    pos += n + 2;
+  }
+}
+
+}  // namespace
+
+std::string EtcdEndpoint::url() const { return fmt::format("http://{}:{}", host, port); }
+
+Result<EtcdEndpoint> parse_etcd_url(std::string_view url) {
+  constexpr std::string_view kScheme = "http://";
+  if (url.substr(0, kScheme.size()) != kScheme) {
+    return Status::invalid_argument(
+        fmt::format("etcd URL '{}' must start with http:// (https is not supported)", url));
+  }
+  std::string_view rest = url.substr(kScheme.size());
+  while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
+  EtcdEndpoint ep;
+  size_t colon = rest.rfind(':');
+  if (colon == std::string_view::npos || (rest.front() == '[' && rest.back() == ']')) {
+    ep.host = std::string(rest);
+  } else {
+    ep.host = std::string(rest.substr(0, colon));
+    std::string port(rest.substr(colon + 1));
+    char* end = nullptr;
+    unsigned long p = std::strtoul(port.c_str(), &end, 10);
+    if (port.empty() || *end != '\0' || p == 0 || p > 65535) {
+      return Status::invalid_argument(fmt::format("etcd URL '{}': bad port", url));
+    }
+    ep.port = static_cast<uint16_t>(p);
+  }
+  if (ep.host.size() >= 2 && ep.host.front() == '[' && ep.host.back() == ']') {
+    ep.host = ep.host.substr(1, ep.host.size() - 2);
+  }
+  if (ep.host.empty() || ep.host.find('/') != std::string::npos) {
+    return Status::invalid_argument(fmt::format("etcd URL '{}': bad host", url));
+  }
+  return ep;
+}
+
+std::string base64_encode(std::string_view bytes) {
+  std::string out(4 * ((bytes.size() + 2) / 3), '\0');
+  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(bytes.data()),
+                          static_cast<int>(bytes.size()));
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+Result<std::string> base64_decode(std::string_view text) {
+  if (text.size() % 4 != 0) return Status::corruption("base64 text length is not a multiple of 4");
+  std::string out(text.size() / 4 * 3, '\0');
+  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(text.data()),
+                          static_cast<int>(text.size()));
+  if (n < 0) return Status::corruption("invalid base64 text");
+  // EVP_DecodeBlock counts padding as zero bytes; drop them.
+  size_t pad = 0;
+  if (!text.empty() && text.back() == '=') ++pad;
+  if (text.size() >= 2 && text[text.size() - 2] == '=') ++pad;
+  out.resize(static_cast<size_t>(n) - pad);
+  return out;
+}
+
+std::string prefix_range_end(std::string_view prefix) {
+  std::string end(prefix);
+  while (!end.empty()) {
+    unsigned char c = static_cast<unsigned char>(end.back());
+    if (c < 0xff) {
+      end.back() = static_cast<char>(c + 1);
+      return end;
+    }
+    end.pop_back();
+  }
+  return std::string(1, '\0');
+}
+
+std::string etcd_put_request(std::string_view key, std::string_view value, int64_t lease) {
+  json j = {{"key", base64_encode(key)}, {"value", base64_encode(value)}};
+  if (lease != 0) j["lease"] = std::to_string(lease);
+  return j.dump();
+}
+
+std::string etcd_range_request(std::string_view key, std::string_view range_end) {
+  return json{{"key", base64_encode(key)}, {"range_end", base64_encode(range_end)}}.dump();
+}
+
+std::string etcd_lease_grant_request(int64_t ttl_s) {
+  return json{{"TTL", std::to_string(ttl_s)}}.dump();
+}
+
+std::string etcd_lease_id_request(int64_t lease) {
+  return json{{"ID", std::to_string(lease)}}.dump();
+}
+
+Result<std::vector<EtcdKeyValue>> parse_etcd_range_response(std::string_view body) {
+  KVTIER_ASSIGN_OR_RETURN(json j, parse_answer(body));
+  std::vector<EtcdKeyValue> out;
+  auto kvs = j.find("kvs");
+  if (kvs == j.end() || kvs->is_null()) return out;  // no key: the gateway omits "kvs"
+  if (!kvs->is_array()) return Status::corruption("etcd range answer: 'kvs' is not an array");
+  for (const json& kv : *kvs) {
+    if (!kv.is_object() || !kv.contains("key") || !kv["key"].is_string()) {
+      return Status::corruption("etcd range answer: an entry has no key");
+    }
+    EtcdKeyValue e;
+    KVTIER_ASSIGN_OR_RETURN(e.key, base64_decode(kv["key"].get<std::string>()));
+    if (kv.contains("value")) {
+      if (!kv["value"].is_string()) return Status::corruption("etcd range answer: bad value");
+      KVTIER_ASSIGN_OR_RETURN(e.value, base64_decode(kv["value"].get<std::string>()));
+    }
+    KVTIER_ASSIGN_OR_RETURN(e.lease, json_int64(kv, "lease", 0));
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+Result<std::pair<int64_t, int64_t>> parse_etcd_lease_grant_response(std::string_view body) {
+  KVTIER_ASSIGN_OR_RETURN(json j, parse_answer(body));
+  KVTIER_ASSIGN_OR_RETURN(int64_t id, json_int64(j, "ID", 0));
+  KVTIER_ASSIGN_OR_RETURN(int64_t ttl, json_int64(j, "TTL", 0));
+  if (id == 0 || ttl <= 0) return Status::corruption("etcd lease grant answer has no lease");
+  return std::make_pair(id, ttl);
+}
+
+Result<int64_t> parse_etcd_keepalive_response(std::string_view body) {
+  // The streaming gateway wraps each message as {"result": {...}}.
+  KVTIER_ASSIGN_OR_RETURN(json j, parse_answer(body));
+  const json* msg = &j;
+  if (j.contains("result") && j["result"].is_object()) msg = &j["result"];
+  return json_int64(*msg, "TTL", 0);
+}
+
+Result<std::string> http_call(const std::string& host, uint16_t port, const char* method,
+                              const std::string& path, const std::string& body, uint32_t timeout_ms,
+                              size_t max_response_bytes) {
+  asio::io_context io;
+  asio::ip::tcp::resolver resolver(io);
+  asio::ip::tcp::socket sock(io);
+  std::string request = fmt::format(
+      "{} {} HTTP/1.1\r\nHost: {}:{}\r\nContent-Type: application/json\r\n"
+      "Content-Length: {}\r\nConnection: close\r\n\r\n{}",
+      method, path, host, port, body.size(), body);
+  std::string response;
+  std::error_code result_ec;
+  bool done = false;
+  std::array<char, 16384> buf;
+  std::function<void()> read_more = [&] {
+    sock.async_read_some(asio::buffer(buf), [&](std::error_code ec, size_t n) {
+      if (n > 0) response.append(buf.data(), n);
+      if (response.size() > max_response_bytes) {
+        result_ec = std::make_error_code(std::errc::message_size);
+        done = true;
+        return;
+      }
+      if (ec) {
+        if (ec != asio::error::eof) result_ec = ec;
+        done = true;
+        return;
+      }
+      read_more();
+    });
+  };
+  resolver.async_resolve(host, std::to_string(port), [&](std::error_code ec, auto results) {
+    if (ec) {
+      result_ec = ec;
+      done = true;
+      return;
+    }
+    asio::async_connect(sock, results, [&](std::error_code ec2, const auto&) {
+      if (ec2) {
+        result_ec = ec2;
+        done = true;
+        return;
+      }
+      asio::async_write(sock, asio::buffer(request), [&](std::error_code ec3, size_t) {
+        if (ec3) {
+          result_ec = ec3;
+          done = true;
+          return;
+        }
+        read_more();
+      });
+    });
+  });
+  io.run_for(std::chrono::milliseconds(timeout_ms));
+  std::string where = fmt::format("http://{}:{}{}", host, port, path);
+  if (!done) {
+    return Status::timeout(fmt::format("{}: no complete answer within {} ms", where, timeout_ms));
+  }
+  if (result_ec) {
+    return Status::unavailable(fmt::format("{}: {}", where, result_ec.message()));
+  }
+  size_t head_end = response.find("\r\n\r\n");
+  if (head_end == std::string::npos) {
+    return Status::corruption(fmt::format("{}: answer has no HTTP header", where));
+  }
+  std::string head = response.substr(0, head_end);
+  std::string payload = response.substr(head_end + 4);
+  std::string lower = head;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower.find("transfer-encoding: chunked") != std::string::npos) {
+    auto d = dechunk(payload, max_response_bytes);
+    if (!d.ok()) return Status::corruption(fmt::format("{}: {}", where, d.status().message()));
+    payload = std::move(*d);
+  }
+  std::string status_line = head.substr(0, head.find("\r\n"));
+  if (status_line.size() < 12 || status_line.compare(0, 5, "HTTP/") != 0) {
+    return Status::corruption(fmt::format("{}: not an HTTP answer", where));
+  }
+  if (status_line.compare(9, 3, "200") != 0) {
+    return Status::io_error(fmt::format("{}: {}: {}", where, status_line, payload.substr(0, 512)));
+  }
+  return payload;
+}
+
+Result<std::string> EtcdClient::call(const char* method, const std::string& path,
+                                     const std::string& body) {
+  return http_call(endpoint_.host, endpoint_.port, method, path, body, timeout_ms_,
+                   kMaxEtcdResponseBytes);
+}
+
+Status EtcdClient::put(std::string_view key, std::string_view value, int64_t lease) {
+  KVTIER_ASSIGN_OR_RETURN(std::string body,
+                          call("POST", "/v3/kv/put", etcd_put_request(key, value, lease)));
+  return parse_answer(body).status();
+}
+
+Result<std::vector<EtcdKeyValue>> EtcdClient::range_prefix(std::string_view prefix) {
+  KVTIER_ASSIGN_OR_RETURN(
+      std::string body,
+      call("POST", "/v3/kv/range", etcd_range_request(prefix, prefix_range_end(prefix))));
+  return parse_etcd_range_response(body);
+}
+
+Result<std::pair<int64_t, int64_t>> EtcdClient::lease_grant(int64_t ttl_s) {
+  KVTIER_ASSIGN_OR_RETURN(std::string body,
+                          call("POST", "/v3/lease/grant", etcd_lease_grant_request(ttl_s)));
+  return parse_etcd_lease_grant_response(body);
+}
+
+Result<int64_t> EtcdClient::lease_keepalive(int64_t lease) {
+  KVTIER_ASSIGN_OR_RETURN(std::string body,
+                          call("POST", "/v3/lease/keepalive", etcd_lease_id_request(lease)));
+  return parse_etcd_keepalive_response(body);
+}
+
+Status EtcdClient::lease_revoke(int64_t lease) {
+  KVTIER_ASSIGN_OR_RETURN(std::string body,
+                          call("POST", "/v3/lease/revoke", etcd_lease_id_request(lease)));
+  return parse_answer(body).status();
+}
+
+Status EtcdClient::health() {
+  KVTIER_ASSIGN_OR_RETURN(std::string body, call("GET", "/health", ""));
+  json j = json::parse(body, nullptr, false);
+  if (j.is_object() && j.value("health", "") == "true") return Status::ok_status();
+  return Status::unavailable(fmt::format("{}/health: {}", endpoint_.url(), body.substr(0, 200)));
+}
+
+}  // namespace kvtier::net
