@@ -5,6 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -24,7 +25,10 @@ namespace {
 namespace fs = std::filesystem;
 
 // Keeps `qd` sequential requests of `block` outstanding over [0, span) for
-// `seconds`; returns bytes per second of completed requests.
+// `seconds`; returns bytes per second of completed requests. Each completion
+// issues the next request from the completion thread itself, as fio's loop
+// does: a hand-off to a submitting thread costs a wake-up per request, which
+// on a loaded two-core machine cost RAID0 a quarter of its read rate.
 Result<double> drive(blk::BlockDevice& dev, bool write, uint64_t block, unsigned qd, uint64_t span,
                      double seconds) {
   span = span / block * block;
@@ -38,46 +42,69 @@ Result<double> drive(blk::BlockDevice& dev, bool write, uint64_t block, unsigned
       std::memcpy(bufs.back().data() + o, &v, 8);
     }
   }
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<unsigned> free_slots;
-  for (unsigned i = 0; i < qd; ++i) free_slots.push_back(i);
-  uint64_t done_bytes = 0;
-  Status first_error;
-  uint64_t next = 0;
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    unsigned in_flight = 0;
+    Status first_error;
+    std::atomic<uint64_t> next{0};
+    std::atomic<uint64_t> done_bytes{0};
+    std::atomic<bool> failed{false};
+    uint64_t end_ns = 0;
+    std::vector<unsigned> deferred;  // slots whose next request the caller's thread issues
+  } st;
+  // A device that completes inline would otherwise recurse without bound.
+  thread_local unsigned depth = 0;
   const uint64_t t0 = now_ns();
-  const uint64_t end = t0 + static_cast<uint64_t>(seconds * 1e9);
-  for (;;) {
-    unsigned slot = 0;
-    {
-      std::unique_lock lk(mu);
-      cv.wait(lk, [&] { return !free_slots.empty(); });
-      if (!first_error.ok() || now_ns() >= end) break;
-      slot = free_slots.back();
-      free_slots.pop_back();
-    }
-    const uint64_t off = next;
-    next = (next + block) % span;
-    auto cb = [&, slot](Status st) {
-      std::lock_guard lk(mu);
-      if (st.ok()) {
-        done_bytes += block;
-      } else if (first_error.ok()) {
-        first_error = st;
+  st.end_ns = t0 + static_cast<uint64_t>(seconds * 1e9);
+  // issue(slot) runs on the caller's thread first, then on completion threads.
+  std::function<void(unsigned)> issue = [&](unsigned slot) {
+    const uint64_t off = st.next.fetch_add(block, std::memory_order_relaxed) % span;
+    auto cb = [&, slot](Status s) {
+      if (s.ok()) {
+        st.done_bytes.fetch_add(block, std::memory_order_relaxed);
+      } else if (!st.failed.exchange(true)) {
+        std::lock_guard lk(st.mu);
+        st.first_error = s;
       }
-      free_slots.push_back(slot);
-      cv.notify_all();
+      if (!st.failed.load(std::memory_order_relaxed) && now_ns() < st.end_ns) {
+        if (depth < 16) {
+          ++depth;
+          issue(slot);
+          --depth;
+        } else {
+          std::lock_guard lk(st.mu);
+          st.deferred.push_back(slot);
+          st.cv.notify_all();
+        }
+        return;
+      }
+      std::lock_guard lk(st.mu);
+      if (--st.in_flight == 0) st.cv.notify_all();
     };
     if (write) {
       dev.write(off, bufs[slot].view(), cb);
     } else {
       dev.read(off, bufs[slot].view(), cb);
     }
+  };
+  {
+    std::lock_guard lk(st.mu);
+    st.in_flight = qd;
   }
-  std::unique_lock lk(mu);
-  cv.wait(lk, [&] { return free_slots.size() == qd; });
-  if (!first_error.ok()) return first_error;
-  return static_cast<double>(done_bytes) / (static_cast<double>(now_ns() - t0) * 1e-9);
+  for (unsigned i = 0; i < qd; ++i) issue(i);
+  std::unique_lock lk(st.mu);
+  for (;;) {
+    st.cv.wait(lk, [&] { return st.in_flight == 0 || !st.deferred.empty(); });
+    if (st.in_flight == 0) break;
+    std::vector<unsigned> slots;
+    slots.swap(st.deferred);
+    lk.unlock();
+    for (unsigned slot : slots) issue(slot);
+    lk.lock();
+  }
+  if (!st.first_error.ok()) return st.first_error;
+  return static_cast<double>(st.done_bytes.load()) / (static_cast<double>(now_ns() - t0) * 1e-9);
 }
 
 Result<std::vector<std::shared_ptr<blk::BlockDevice>>> open_members(
