@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <future>
+#include <mutex>
 
 namespace kvtier::blk {
 
@@ -19,6 +21,46 @@ Status wait_for(Submit&& submit) {
 Status BlockDevice::read_sync(uint64_t offset, MutableByteView dst) {
   return wait_for([&](IoCallback cb) { read(offset, dst, std::move(cb)); });
 }
+Status BlockDevice::readv_sync(uint64_t offset, std::span<const MutableByteView> parts) {
+  return wait_for([&](IoCallback cb) { readv(offset, parts, std::move(cb)); });
+}
+
+void BlockDevice::readv(uint64_t offset, std::span<const MutableByteView> parts, IoCallback cb) {
+  if (parts.empty()) return cb(Status::invalid_argument(name() + ": readv of no buffers"));
+  uint64_t total = 0;
+  for (const auto& p : parts) {
+    Status st = check_io(offset + total, p.size(), p.data());
+    if (!st.ok()) return cb(std::move(st));
+    total += p.size();
+  }
+  struct Join {
+    std::atomic<size_t> left;
+    std::mutex mu;
+    Status first_error;  // guarded by mu
+    IoCallback cb;
+  };
+  auto j = std::make_shared<Join>();
+  j->left.store(parts.size(), std::memory_order_relaxed);
+  j->cb = std::move(cb);
+  uint64_t pos = offset;
+  for (const auto& p : parts) {
+    read(pos, p, [j](Status st) {
+      if (!st.ok()) {
+        std::lock_guard lk(j->mu);
+        if (j->first_error.ok()) j->first_error = std::move(st);
+      }
+      if (j->left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+      Status result;
+      {
+        std::lock_guard lk(j->mu);
+        result = std::move(j->first_error);
+      }
+      j->cb(std::move(result));
+    });
+    pos += p.size();
+  }
+}
+
 Status BlockDevice::write_sync(uint64_t offset, ByteView src) {
   return wait_for([&](IoCallback cb) { write(offset, src, std::move(cb)); });
 }

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "common/buffer.h"
@@ -52,6 +53,13 @@ class BlockDevice {
 
   virtual void read(uint64_t offset, MutableByteView dst, IoCallback cb) = 0;
   virtual void write(uint64_t offset, ByteView src, IoCallback cb) = 0;
+  // Vectored read: the contiguous range [offset, offset + total size) lands
+  // in `parts` in order (a header page into one buffer and a payload into the
+  // caller's, in one device request where the device can). Each part follows
+  // read()'s rules (block-multiple size, aligned buffer). `parts` itself only
+  // needs to live for the call; the buffers until the callback. The default
+  // issues one read() per part and completes once, with the first error.
+  virtual void readv(uint64_t offset, std::span<const MutableByteView> parts, IoCallback cb);
   virtual void flush(IoCallback cb) = 0;
   // Discards a range; reading it back afterwards returns unspecified data.
   virtual void trim(uint64_t offset, uint64_t length, IoCallback cb) = 0;
@@ -61,6 +69,7 @@ class BlockDevice {
   // Blocking helpers built on the asynchronous calls (for tools and tests;
   // never call them from a completion callback).
   Status read_sync(uint64_t offset, MutableByteView dst);
+  Status readv_sync(uint64_t offset, std::span<const MutableByteView> parts);
   Status write_sync(uint64_t offset, ByteView src);
   Status flush_sync();
   Status trim_sync(uint64_t offset, uint64_t length);

@@ -61,6 +61,10 @@ void HealthDevice::read(uint64_t offset, MutableByteView dst, IoCallback cb) {
   if (refuse(cb)) return;
   inner_->read(offset, dst, observe(std::move(cb), &read_lat_, &read_errors_));
 }
+void HealthDevice::readv(uint64_t offset, std::span<const MutableByteView> parts, IoCallback cb) {
+  if (refuse(cb)) return;
+  inner_->readv(offset, parts, observe(std::move(cb), &read_lat_, &read_errors_));
+}
 void HealthDevice::write(uint64_t offset, ByteView src, IoCallback cb) {
   if (refuse(cb)) return;
   inner_->write(offset, src, observe(std::move(cb), &write_lat_, &write_errors_));

@@ -37,6 +37,8 @@ class HealthDevice : public BlockDevice {
 
   void read(uint64_t offset, MutableByteView dst, IoCallback cb) override;
   void write(uint64_t offset, ByteView src, IoCallback cb) override;
+  // Forwarded whole, so the inner device can do it in one request.
+  void readv(uint64_t offset, std::span<const MutableByteView> parts, IoCallback cb) override;
   void flush(IoCallback cb) override;
   void trim(uint64_t offset, uint64_t length, IoCallback cb) override;
   DeviceStats stats() const override;

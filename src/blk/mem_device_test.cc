@@ -25,6 +25,23 @@ TEST(MemDeviceTest, Geometry) {
   EXPECT_EQ(odd.capacity(), 8192u);
 }
 
+TEST(MemDeviceTest, DefaultReadvSplitsIntoReadsAndJoins) {
+  MemDevice dev(1 << 20);
+  AlignedBuffer w(3 * 4096);
+  testing::fill_pattern(w.view(), 3);
+  ASSERT_TRUE(dev.write_sync(4096, w.view()).ok());
+  AlignedBuffer a(4096), b(2 * 4096);
+  const MutableByteView parts[] = {a.view(), b.view()};
+  ASSERT_TRUE(dev.readv_sync(4096, parts).ok());
+  EXPECT_EQ(dev.stats().reads, 2u);
+  EXPECT_EQ(std::memcmp(a.data(), w.data(), 4096), 0);
+  EXPECT_EQ(std::memcmp(b.data(), w.data() + 4096, 8192), 0);
+  // A part past the end fails the whole call before anything is read.
+  const MutableByteView past[] = {a.view(), b.view()};
+  EXPECT_EQ(dev.readv_sync(dev.capacity() - 8192, past).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(dev.stats().reads, 2u);
+}
+
 TEST(MemDeviceTest, RoundTrip) {
   MemDevice dev(1 << 20);
   AlignedBuffer w(3 * 4096);

@@ -53,6 +53,19 @@ void Partition::read(uint64_t offset, MutableByteView dst, IoCallback cb) {
   inner_->read(offset_ + offset, dst, count(std::move(cb), 0, dst.size()));
 }
 
+void Partition::readv(uint64_t offset, std::span<const MutableByteView> parts, IoCallback cb) {
+  uint64_t total = 0;
+  for (const auto& p : parts) {
+    Status st = check_io(offset + total, p.size(), p.data());
+    if (!st.ok()) return count(std::move(cb), 0, 0)(std::move(st));
+    total += p.size();
+  }
+  if (parts.empty()) {
+    return count(std::move(cb), 0, 0)(Status::invalid_argument(name() + ": readv of nothing"));
+  }
+  inner_->readv(offset_ + offset, parts, count(std::move(cb), 0, total));
+}
+
 void Partition::write(uint64_t offset, ByteView src, IoCallback cb) {
   Status st = check_io(offset, src.size(), src.data());
   if (!st.ok()) return count(std::move(cb), 1, 0)(std::move(st));

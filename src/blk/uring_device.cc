@@ -183,6 +183,8 @@ const char* UringDevice::op_name(Op op) {
       return "fsync";
     case Op::kPunchHole:
       return "punch-hole";
+    case Op::kReadv:
+      return "readv";
   }
   return "?";
 }
@@ -196,6 +198,25 @@ void UringDevice::read(uint64_t offset, MutableByteView dst, IoCallback cb) {
   Status st = check_io(offset, dst.size(), dst.data());
   if (!st.ok()) return fail_inline(cb, std::move(st));
   enqueue(Request{Op::kRead, dst.data(), offset, dst.size(), std::move(cb)});
+}
+
+void UringDevice::readv(uint64_t offset, std::span<const MutableByteView> parts, IoCallback cb) {
+  if (parts.empty())
+    return fail_inline(cb, Status::invalid_argument(name() + ": readv of nothing"));
+  uint64_t total = 0;
+  for (const auto& p : parts) total += p.size();
+  if (parts.size() > kMaxIov || total > kMaxChunk) {
+    return BlockDevice::readv(offset, parts, std::move(cb));
+  }
+  Request r{Op::kReadv, nullptr, offset, total, std::move(cb)};
+  uint64_t pos = offset;
+  for (const auto& p : parts) {
+    Status st = check_io(pos, p.size(), p.data());
+    if (!st.ok()) return fail_inline(r.cb, std::move(st));
+    r.iov[r.iov_count++] = iovec{p.data(), p.size()};
+    pos += p.size();
+  }
+  enqueue(std::move(r));
 }
 
 void UringDevice::write(uint64_t offset, ByteView src, IoCallback cb) {
@@ -297,6 +318,10 @@ void UringDevice::prep_locked(uint32_t idx) {
         io_uring_prep_write(sqe, fd, r.buf, len, r.offset);
       }
       break;
+    case Op::kReadv:
+      // The iovecs live in the slot until the completion.
+      io_uring_prep_readv(sqe, fd, &r.iov[r.iov_first], r.iov_count - r.iov_first, r.offset);
+      break;
     case Op::kFsync:
       io_uring_prep_fsync(sqe, fd, IORING_FSYNC_DATASYNC);
       break;
@@ -345,7 +370,7 @@ void UringDevice::handle_cqe_locked(uint64_t user_data, int res, std::vector<Com
         done);
     return;
   }
-  if (r.op == Op::kRead || r.op == Op::kWrite) {
+  if (r.op == Op::kRead || r.op == Op::kWrite || r.op == Op::kReadv) {
     const auto n = std::min<uint64_t>(static_cast<uint64_t>(res), r.remaining);
     if (n == 0) {
       // Within capacity a zero-byte transfer means the file shrank or the
@@ -358,7 +383,23 @@ void UringDevice::handle_cqe_locked(uint64_t user_data, int res, std::vector<Com
           done);
       return;
     }
-    r.buf += n;
+    if (r.op == Op::kReadv) {
+      // Skip the buffers filled and trim the one partly filled.
+      uint64_t left = n;
+      while (left > 0 && r.iov_first < r.iov_count) {
+        iovec& v = r.iov[r.iov_first];
+        if (left >= v.iov_len) {
+          left -= v.iov_len;
+          ++r.iov_first;
+        } else {
+          v.iov_base = static_cast<std::byte*>(v.iov_base) + left;
+          v.iov_len -= left;
+          left = 0;
+        }
+      }
+    } else {
+      r.buf += n;
+    }
     r.offset += n;
     r.remaining -= n;
     if (r.remaining > 0) {
@@ -379,6 +420,7 @@ void UringDevice::finish_slot_locked(uint32_t idx, Status st, std::vector<Comple
   } else {
     switch (s.req.op) {
       case Op::kRead:
+      case Op::kReadv:
         reads_.fetch_add(1, kRelaxed);
         bytes_read_.fetch_add(s.total, kRelaxed);
         break;

@@ -14,6 +14,9 @@
 
 #include <liburing.h>
 
+#include <sys/uio.h>
+
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -70,6 +73,11 @@ class UringDevice : public BlockDevice {
 
   void read(uint64_t offset, MutableByteView dst, IoCallback cb) override;
   void write(uint64_t offset, ByteView src, IoCallback cb) override;
+  // One IORING_OP_READV for up to kMaxIov parts (more, or over 1 GiB: the
+  // default, one read per part). Registered buffers are not used here: the
+  // kernels this runs on have no fixed-buffer readv.
+  void readv(uint64_t offset, std::span<const MutableByteView> parts, IoCallback cb) override;
+  static constexpr unsigned kMaxIov = 4;
   // fdatasync through IORING_OP_FSYNC.
   void flush(IoCallback cb) override;
   // Regular files: fallocate(PUNCH_HOLE | KEEP_SIZE) through the ring. Block
@@ -100,7 +108,7 @@ class UringDevice : public BlockDevice {
   uint64_t resubmissions() const { return resubmits_.load(std::memory_order_relaxed); }
 
  private:
-  enum class Op : uint8_t { kRead, kWrite, kFsync, kPunchHole };
+  enum class Op : uint8_t { kRead, kWrite, kFsync, kPunchHole, kReadv };
 
   // One request, either waiting in the backlog or occupying a slot.
   struct Request {
@@ -109,6 +117,10 @@ class UringDevice : public BlockDevice {
     uint64_t offset = 0;       // next device offset
     uint64_t remaining = 0;    // bytes still to transfer, or trim length
     IoCallback cb;
+    // kReadv: the buffers still to fill are iov[iov_first, iov_count).
+    std::array<iovec, kMaxIov> iov{};
+    uint8_t iov_count = 0;
+    uint8_t iov_first = 0;
   };
   struct Slot {
     Request req;

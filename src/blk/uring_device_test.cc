@@ -223,6 +223,37 @@ TEST_F(UringDeviceTest, LargeRequests) {
   EXPECT_EQ(std::memcmp(w.data(), r.data(), w.size()), 0);
 }
 
+TEST_F(UringDeviceTest, ReadvFillsSeveralBuffersInOneRequest) {
+  OPEN_OR_SKIP(dev, 4);
+  constexpr uint64_t kLen = 80 << 10;
+  AlignedBuffer w(kLen);
+  fill_pattern(w.view(), 9);
+  ASSERT_TRUE(dev->write_sync(64 << 10, w.view()).ok());
+  AlignedBuffer head(4096), body(72 << 10), tail(4096);
+  const MutableByteView parts[] = {head.view(), body.view(), tail.view()};
+  const uint64_t reads_before = dev->stats().reads;
+  ASSERT_TRUE(dev->readv_sync(64 << 10, parts).ok());
+  EXPECT_EQ(dev->stats().reads - reads_before, 1u) << "one device request";
+  EXPECT_EQ(std::memcmp(head.data(), w.data(), 4096), 0);
+  EXPECT_EQ(std::memcmp(body.data(), w.data() + 4096, body.size()), 0);
+  EXPECT_EQ(std::memcmp(tail.data(), w.data() + 4096 + body.size(), 4096), 0);
+  // More parts than one request takes: the default splits, same bytes.
+  AlignedBuffer many(kLen);
+  std::vector<MutableByteView> five;
+  for (int i = 0; i < 5; ++i) five.push_back(many.subview(i * (16 << 10), 16 << 10));
+  const uint64_t before5 = dev->stats().reads;
+  ASSERT_TRUE(dev->readv_sync(64 << 10, five).ok());
+  EXPECT_EQ(dev->stats().reads - before5, 5u);
+  EXPECT_EQ(std::memcmp(many.data(), w.data(), kLen), 0);
+  // Every part follows read()'s rules; none is read when one breaks them.
+  AlignedBuffer odd(8192);
+  const MutableByteView bad[] = {head.view(), odd.subview(512, 4096)};
+  EXPECT_EQ(dev->readv_sync(0, bad).code(), StatusCode::kInvalidArgument);
+  const MutableByteView past[] = {head.view(), body.view()};
+  EXPECT_EQ(dev->readv_sync(kDevSize - 4096, past).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(dev->readv_sync(0, {}).code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(UringDeviceTest, RegisteredBuffers) {
   OPEN_OR_SKIP(dev);
   AlignedBuffer arena(1 << 20);

@@ -3,11 +3,16 @@
 // past its deadline never writes the buffer after the get has returned.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include "blk/faulty_device.h"
 #include "blk/mem_device.h"
+#include "blk/uring_device.h"
 #include "common/clock.h"
 #include "kv/store.h"
 #include "kv/test_payload.h"
@@ -85,6 +90,45 @@ TEST(DiskDirectRead, AlignedBufferGetsThePayloadWithoutStaging) {
     }
     EXPECT_EQ(s.direct_reads() - before, lens[i] >= 4096 ? 1u : 0u) << i;
   }
+}
+
+// On a real O_DIRECT file: a direct get is one device request (header page,
+// payload and partial last page in one vectored read), and the bytes are right.
+TEST(DiskDirectRead, OnUringDeviceADirectGetIsOneDeviceRequest) {
+  const char* tmp = std::getenv("TMPDIR");
+  const std::filesystem::path dir = std::filesystem::path(tmp && *tmp ? tmp : "/tmp") /
+                                    ("kvtier-direct-readv-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  blk::UringOptions uo;
+  uo.path = (dir / "vol").string();
+  uo.create_size = 32 << 20;
+  auto dev = blk::UringDevice::open(uo);
+  if (!dev.ok() && dev.status().code() == StatusCode::kFailedPrecondition) {
+    std::filesystem::remove_all(dir);
+    GTEST_SKIP() << dev.status().to_string();
+  }
+  ASSERT_TRUE(dev.ok()) << dev.status().to_string();
+  std::shared_ptr<blk::UringDevice> volume(std::move(dev).value());
+  {
+    Opened s(direct_options(volume));
+    const uint32_t lens[] = {kObj, kObj - 100, 4096 + 1, 4096};
+    for (uint64_t i = 0; i < 4; ++i) s.put(i, lens[i]);
+    s.push_to_device();
+    for (uint64_t i = 0; i < 4; ++i) {
+      AlignedBuffer out(kObj);
+      const uint64_t direct_before = s.direct_reads();
+      const uint64_t dev_before = volume->stats().reads;
+      auto g = s.store->get(s.ns, test_key(i), out.view());
+      ASSERT_TRUE(g.ok());
+      ASSERT_TRUE(g->hit) << i;
+      EXPECT_EQ(g->length, lens[i]);
+      EXPECT_TRUE(payload_matches(test_key(i), ByteView(out.data(), lens[i]))) << i;
+      EXPECT_EQ(s.direct_reads() - direct_before, 1u) << i;
+      EXPECT_EQ(volume->stats().reads - dev_before, 1u) << "device requests for entry " << i;
+    }
+  }
+  volume.reset();
+  std::filesystem::remove_all(dir);
 }
 
 TEST(DiskDirectRead, UnalignedBufferFallsBackToStaging) {

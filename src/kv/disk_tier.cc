@@ -957,9 +957,10 @@ void DiskTier::read_async(const IndexRecord& rec, std::shared_ptr<ReadTarget> ta
 
 void DiskTier::read_direct(const IndexRecord& rec, const Key128& ns_digest,
                            std::shared_ptr<ReadTarget> target) {
-  // Up to three device reads: the header page and the payload's partial last
-  // page into a small buffer of our own, the payload's whole pages straight
-  // into the caller's buffer (which must not be written past rec.length).
+  // One vectored device request over the entry's pages: the header page and
+  // the payload's partial last page into a small buffer of our own, the
+  // payload's whole pages straight into the caller's buffer (which must not
+  // be written past rec.length). Devices without a vectored read split it.
   const uint32_t body = align_down(rec.length, kPageBytes);
   const uint32_t tail = rec.length - body;
   struct Direct {
@@ -969,7 +970,7 @@ void DiskTier::read_direct(const IndexRecord& rec, const Key128& ns_digest,
     Status error;  // first failure, guarded by mu
   };
   auto d = std::make_shared<Direct>();
-  d->left.store(tail > 0 ? 3 : 2, kRelaxed);
+  d->left.store(1, kRelaxed);
   target->begin_direct(overdue_direct_);
   c_->reads.fetch_add(1, kRelaxed);
   c_->direct_reads.fetch_add(1, kRelaxed);
@@ -1006,12 +1007,10 @@ void DiskTier::read_direct(const IndexRecord& rec, const Key128& ns_digest,
     }
     target->complete_direct(std::move(result), crc);
   };
-  dev_->read(entry_off, d->meta.subview(0, kPageBytes), part_done);
-  dev_->read(entry_off + kPayloadOffset, target->out().subspan(0, body), part_done);
-  if (tail > 0) {
-    dev_->read(entry_off + kPayloadOffset + body, d->meta.subview(kPageBytes, kPageBytes),
-               part_done);
-  }
+  static_assert(kPayloadOffset == kPageBytes, "the payload follows the header page");
+  const MutableByteView parts[3] = {d->meta.subview(0, kPageBytes), target->out().subspan(0, body),
+                                    d->meta.subview(kPageBytes, kPageBytes)};
+  dev_->readv(entry_off, std::span<const MutableByteView>(parts, tail > 0 ? 3 : 2), part_done);
 }
 
 Status DiskTier::flush() {
