@@ -27,6 +27,7 @@ class Writer {
     for (int i = 0; i < 8; ++i) u8(static_cast<uint8_t>(v >> (8 * i)));
   }
   void bytes(const void* src, size_t n) {
+    if (n == 0) return;  // an empty vector's data() may be null
     std::memcpy(p_ + pos_, src, n);
     pos_ += n;
   }
@@ -152,10 +153,17 @@ Result<RaidSuperblock> RaidSuperblock::decode(ByteView in) {
   if (sb.member_count == 0 || sb.member_count > kRaidMaxMembers ||
       sb.member_index >= sb.member_count || sb.block_size == 0 || sb.strip_bytes == 0 ||
       sb.strip_bytes % sb.block_size != 0 || sb.rows_per_bit == 0 || sb.rows == 0 ||
-      sb.bitmap_offset < kRaidSuperblockBytes ||
-      sb.bitmap_area_bytes <
-          kBitmapHeaderBytes + (sb.rows + sb.rows_per_bit - 1) / sb.rows_per_bit / 8 ||
-      sb.data_offset < sb.bitmap_offset + sb.bitmap_area_bytes || sb.recovery_row > sb.rows) {
+      sb.bitmap_offset < kRaidSuperblockBytes || sb.recovery_row > sb.rows) {
+    return Status::corruption("raid superblock: inconsistent geometry");
+  }
+  // Sums and products below are checked so that no field can wrap them.
+  const uint64_t bits = sb.rows / sb.rows_per_bit + (sb.rows % sb.rows_per_bit != 0 ? 1 : 0);
+  const uint64_t bitmap_bytes = bits / 8 + (bits % 8 != 0 ? 1 : 0);
+  if (sb.bitmap_area_bytes < kBitmapHeaderBytes ||
+      sb.bitmap_area_bytes - kBitmapHeaderBytes < bitmap_bytes ||
+      sb.bitmap_area_bytes > UINT64_MAX - sb.bitmap_offset ||
+      sb.data_offset < sb.bitmap_offset + sb.bitmap_area_bytes ||
+      sb.rows > (UINT64_MAX - sb.data_offset) / sb.strip_bytes) {
     return Status::corruption("raid superblock: inconsistent geometry");
   }
   if (sb.level != 1 && sb.level != 5 && sb.level != 6 && sb.level != 10) {
@@ -174,8 +182,11 @@ void encode_bitmap(const std::vector<uint8_t>& bits, uint64_t nbits, MutableByte
 }
 
 Result<std::vector<uint8_t>> decode_bitmap(ByteView in, uint64_t nbits) {
-  const uint64_t nbytes = (nbits + 7) / 8;
-  if (in.size() < kBitmapHeaderBytes + nbytes) return Status::corruption("bitmap: short area");
+  // Written so that no bit count overflows (found by the fuzzer).
+  const uint64_t nbytes = nbits / 8 + (nbits % 8 != 0 ? 1 : 0);
+  if (in.size() < kBitmapHeaderBytes || in.size() - kBitmapHeaderBytes < nbytes) {
+    return Status::corruption("bitmap: short area");
+  }
   if (load_u32(in.data() + 4) != kBitmapMagic) return Status::corruption("bitmap: bad magic");
   Reader r(in.data() + 8);
   if (r.u64() != nbits) return Status::corruption("bitmap: bit count mismatch");
@@ -183,7 +194,7 @@ Result<std::vector<uint8_t>> decode_bitmap(ByteView in, uint64_t nbits) {
     return Status::corruption("bitmap: checksum mismatch");
   }
   std::vector<uint8_t> bits(nbytes);
-  std::memcpy(bits.data(), in.data() + kBitmapHeaderBytes, nbytes);
+  if (nbytes > 0) std::memcpy(bits.data(), in.data() + kBitmapHeaderBytes, nbytes);
   return bits;
 }
 
