@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <future>
@@ -134,6 +135,19 @@ struct ClusterStore::Impl {
         next[n.id] = std::move(conn);
       }
       ids.push_back(n.id);
+    }
+    // A node new to the set gets keys at once: give its connections up to
+    // connect_timeout_ms (one deadline shared by all new nodes) to come up,
+    // so that its first calls are not refused as "no connection yet". A node
+    // still down after that is in the set anyway (its keys are misses).
+    auto deadline = std::chrono::steady_clock::now() +
+                    std::chrono::milliseconds(options.node_options.connect_timeout_ms);
+    for (const auto& [id, conn] : next) {
+      if (by_id.count(id) && by_id[id] == conn) continue;
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      (void)conn->store->wait_connected(static_cast<uint32_t>(left.count()));
     }
     auto v = std::make_shared<View>();
     v->placement = Placement(ids);

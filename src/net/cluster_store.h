@@ -17,7 +17,9 @@
 // which a background thread reads every `poll_ms`. A node whose key is gone
 // (lease expired or revoked) drops out of the set and its keys move to the
 // remaining nodes (they were stored on the node that left: misses). A node
-// that appears takes its share of keys, new writes included. While a node is
+// that appears takes its share of keys, new writes included; the client
+// gives its connections up to connect_timeout_ms to come up before it
+// enters the set. While a node is
 // in the set but down, its keys are misses answered within the RemoteStore
 // call timeout, never errors. If etcd cannot be read, the last node set is
 // kept.
