@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "net/cluster_store.h"
+#include "net/server_config.h"
 
 namespace kvtier::net {
 namespace {
@@ -117,6 +118,31 @@ TEST(EtcdJson, UnreachableEtcdIsAClearErrorWithinTheTimeout) {
   auto r = etcd.range_prefix("/x/");
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("127.0.0.1:1"), std::string::npos) << r.status().message();
+}
+
+}  // namespace
+}  // namespace kvtier::net
+
+namespace kvtier::net {
+namespace {
+
+TEST(EtcdJson, ServerConfigEtcdSection) {
+  auto c = parse_server_config(
+      R"({"etcd": {"url": "http://127.0.0.1:2379", "node_id": "a", "ttl_s": 5}})");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  ASSERT_TRUE(c->etcd.has_value());
+  EXPECT_EQ(c->etcd->node_id, "a");
+  EXPECT_EQ(c->etcd->ttl_s, 5u);
+  EXPECT_EQ(c->etcd->prefix, "kvtier");
+  EXPECT_FALSE(parse_server_config("{}")->etcd.has_value());
+  auto typo = parse_server_config(R"({"etcd": {"url": "http://h:1", "node_id": "a", "tll_s": 5}})");
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(typo.status().message().find("etcd.tll_s"), std::string::npos);
+  EXPECT_FALSE(parse_server_config(R"({"etcd": {"url": "http://h:1"}})").ok());
+  EXPECT_FALSE(parse_server_config(R"({"etcd": {"url": "h:1", "node_id": "a"}})").ok());
+  EXPECT_FALSE(parse_server_config(R"({"etcd": {"url": "http://h:1", "node_id": "a/b"}})").ok());
+  EXPECT_FALSE(
+      parse_server_config(R"({"etcd": {"url": "http://h:1", "node_id": "a", "ttl_s": 1}})").ok());
 }
 
 }  // namespace
