@@ -30,7 +30,13 @@ struct NvmeTcpDevice::Command {
   uint16_t status = 0;  // NVMe status field without the phase bit
 };
 
-// One TCP connection (admin or I/O queue). exec() runs one command at a time.
+// One TCP connection (admin or I/O queue) with many commands in flight.
+// Any number of threads call exec() at once (up to the queue size; more
+// wait for a free command id). A receiver thread owned by the queue reads
+// every PDU and dispatches it by command id: C2HData goes straight into the
+// caller's buffer, CapsuleResp completes the command, and an R2T is handed
+// to the command's own thread, which sends the H2CData (so the receiver never
+// blocks on a send while the controller blocks on sending to us).
 class NvmeTcpDevice::Queue {
  public:
   static Result<std::shared_ptr<Queue>> open(const HostOptions& o) {
@@ -61,16 +67,39 @@ class NvmeTcpDevice::Queue {
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     tune_socket(fd);
     KVTIER_RETURN_IF_ERROR(q->handshake());
+    q->receiver_ = std::thread([p = q.get()] { p->receive_loop(); });
     return q;
   }
 
-  void shutdown() { stream_.shutdown(); }
+  ~Queue() {
+    shutdown();
+    if (receiver_.joinable()) receiver_.join();
+  }
 
-  // Runs one command; a non-OK Status means the transport failed (the queue
-  // is then unusable); NVMe errors come back in cmd.status.
+  void shutdown() {
+    closing_ = true;
+    stream_.shutdown();
+  }
+
+  // Runs one command and waits for it; a non-OK Status means the transport
+  // failed (the queue is then unusable); NVMe errors come back in cmd.status.
   Status exec(Command& cmd) {
-    std::lock_guard lk(mu_);
-    const uint16_t cid = next_cid_++;
+    std::unique_lock lk(mu_);
+    const auto deadline = Clock::now() + io_timeout_;
+    // Honour the queue size: at most slots_.size() commands in flight.
+    while (free_.empty() && failed_.ok()) {
+      if (slot_cv_.wait_until(lk, deadline) == std::cv_status::timeout && free_.empty()) {
+        return Status::unavailable("nvmf host: no free command slot within io_timeout");
+      }
+    }
+    if (!failed_.ok()) return failed_;
+    const uint16_t cid = free_.back();
+    free_.pop_back();
+    Slot& s = slots_[cid];
+    s = Slot{};
+    s.cmd = &cmd;
+    s.busy = true;
+    lk.unlock();
     put16(&cmd.sqe[2], cid);
     HeaderBuf h;
     const uint32_t dlen = cmd.in_capsule ? uint32_t(cmd.out.size()) : 0;
@@ -78,10 +107,142 @@ class NvmeTcpDevice::Queue {
     uint8_t dd[4];
     if (dlen && lim_.ddgst) put32(dd, digest(cmd.out));
     iovec iov[3] = {{h.data(), n}, {const_cast<std::byte*>(cmd.out.data()), dlen}, {dd, 4}};
-    KVTIER_RETURN_IF_ERROR(stream_.write_all(iov, dlen ? (lim_.ddgst ? 3 : 2) : 1));
+    Status st;
+    {
+      std::lock_guard sl(send_mu_);
+      st = stream_.write_all(iov, dlen ? (lim_.ddgst ? 3 : 2) : 1);
+    }
+    lk.lock();
+    if (!st.ok()) fail_locked(lk, st);
+    for (;;) {
+      if (s.done) break;
+      if (!s.r2t.empty()) {
+        const R2t r = s.r2t.front();
+        s.r2t.erase(s.r2t.begin());
+        lk.unlock();
+        st = send_h2c(cmd, cid, r);
+        lk.lock();
+        if (!st.ok()) fail_locked(lk, st);
+        continue;
+      }
+      if (s.cv.wait_until(lk, deadline) == std::cv_status::timeout && !s.done) {
+        // The controller did not answer in time: the connection is declared
+        // lost. The receiver may be writing into cmd.in, so wait until it has
+        // failed every command before the buffer goes back to the caller.
+        fail_locked(lk, Status::unavailable("nvmf host: command timed out (io_timeout)"));
+      }
+    }
+    st = s.result;
+    s = Slot{};
+    free_.push_back(cid);
+    slot_cv_.notify_one();
+    return st;
+  }
+
+ private:
+  struct R2t {
+    uint16_t ttag;
+    uint32_t offset;
+    uint32_t length;
+  };
+  struct Slot {
+    Command* cmd = nullptr;
+    bool busy = false;
+    bool done = false;
     uint32_t received = 0;
+    Status result;
+    std::vector<R2t> r2t;
+    std::condition_variable cv;
+    Slot& operator=(Slot&& o) {
+      cmd = o.cmd;
+      busy = o.busy;
+      done = o.done;
+      received = o.received;
+      result = o.result;
+      r2t = std::move(o.r2t);
+      return *this;
+    }
+  };
+
+  Queue(int fd, const HostOptions& o)
+      : stream_(fd), io_timeout_(o.io_timeout), slots_(std::max<uint16_t>(o.queue_size, 2) - 1) {
+    lim_.hdgst = o.hdgst;
+    lim_.ddgst = o.ddgst;
+    lim_.max_data = 16u << 20;
+    for (size_t i = slots_.size(); i-- > 0;) free_.push_back(uint16_t(i));
+  }
+
+  // Completes every outstanding command with `why`; `lk` holds mu_. Waits
+  // for the receiver to stop touching caller buffers first.
+  void fail_locked(std::unique_lock<std::mutex>& lk, const Status& why) {
+    if (failed_.ok()) failed_ = why;
+    closing_ = true;
+    stream_.shutdown();
+    recv_cv_.wait(lk, [&] { return receiver_stopped_; });
+  }
+
+  Status send_h2c(const Command& cmd, uint16_t cid, const R2t& r) {
+    if (cmd.in_capsule || uint64_t(r.offset) + r.length > cmd.out.size()) {
+      return Status::corruption("nvmf host: bad R2T");
+    }
+    std::lock_guard sl(send_mu_);
+    for (uint32_t off = 0; off < r.length;) {
+      const uint32_t chunk = std::min(r.length - off, maxh2cdata_);
+      const ByteView part(cmd.out.data() + r.offset + off, chunk);
+      HeaderBuf dh;
+      const uint32_t hn =
+          encode_data(PduType::kH2CData, {cid, r.ttag, r.offset + off, chunk},
+                      off + chunk == r.length ? kFlagDataLast : 0, lim_.hdgst, lim_.ddgst, dh);
+      uint8_t dg[4];
+      if (lim_.ddgst) put32(dg, digest(part));
+      iovec v[3] = {{dh.data(), hn}, {const_cast<std::byte*>(part.data()), chunk}, {dg, 4}};
+      KVTIER_RETURN_IF_ERROR(stream_.write_all(v, lim_.ddgst ? 3 : 2));
+      off += chunk;
+    }
+    return Status::ok_status();
+  }
+
+  // The slot a PDU names, if a command is outstanding under that id.
+  Slot* slot_for(uint16_t cid) {
+    std::lock_guard lk(mu_);
+    if (cid >= slots_.size() || !slots_[cid].busy || slots_[cid].done) return nullptr;
+    return &slots_[cid];
+  }
+
+  void complete(Slot& s, Status st) {
+    std::lock_guard lk(mu_);
+    s.result = std::move(st);
+    s.done = true;
+    s.cv.notify_all();
+  }
+
+  void receive_loop() {
+    Status st = receive_all();
+    std::lock_guard lk(mu_);
+    if (failed_.ok()) failed_ = st.ok() ? Status::unavailable("nvmf host: queue closed") : st;
+    stream_.shutdown();
+    for (Slot& s : slots_) {
+      if (s.busy && !s.done) {
+        s.result = failed_;
+        s.done = true;
+        s.cv.notify_all();
+      }
+    }
+    receiver_stopped_ = true;
+    recv_cv_.notify_all();
+    slot_cv_.notify_all();
+  }
+
+  // Reads PDUs until the connection fails or closes; returns why.
+  Status receive_all() {
     uint8_t hdr[kShortHlen + kDigestSize];
     for (;;) {
+      // Idle queues must not trip SO_RCVTIMEO: wait for a header with poll.
+      pollfd p{stream_.fd(), POLLIN, 0};
+      const int pr = ::poll(&p, 1, 200);
+      if (closing_) return Status::unavailable("nvmf host: queue closed");
+      if (pr == 0) continue;
+      if (pr < 0 && errno == EINTR) continue;
       KVTIER_RETURN_IF_ERROR(stream_.read_exact(hdr, kCommonHeaderSize));
       PduError err;
       auto l = parse_common_header(as_bytes_view(hdr, 8), Direction::kControllerToHost, lim_, &err);
@@ -100,21 +261,29 @@ class NvmeTcpDevice::Queue {
         }
         case PduType::kCapsuleResp: {
           const Cqe cqe = decode_capsule_resp(hv);
-          if (get16(&cqe[12]) != cid) return Status::corruption("nvmf host: bad CQE command id");
+          Slot* s = slot_for(get16(&cqe[12]));
+          if (!s) return Status::corruption("nvmf host: CQE for no outstanding command");
+          Command& cmd = *s->cmd;
           cmd.dw0 = get32(cqe.data());
-          cmd.status = uint16_t(get16(&cqe[14]) >> 1);
-          if (cmd.status == 0 && received != cmd.in.size()) {
+          const uint16_t status = uint16_t(get16(&cqe[14]) >> 1);
+          if (status) cmd.status = status;
+          if (cmd.status == 0 && s->received != cmd.in.size()) {
             return Status::corruption("nvmf host: short data-in");
           }
-          return Status::ok_status();
+          complete(*s, Status::ok_status());
+          break;
         }
         case PduType::kC2HData: {
           auto d = decode_data_header(hv);
           if (!d.ok()) return d.status();
-          if (d->cccid != cid || d->length != l->data_len || d->offset != received ||
+          Slot* s = slot_for(d->cccid);
+          if (!s) return Status::corruption("nvmf host: C2HData for no outstanding command");
+          Command& cmd = *s->cmd;
+          if (d->length != l->data_len || d->offset != s->received ||
               uint64_t(d->offset) + d->length > cmd.in.size()) {
             return Status::corruption("nvmf host: C2HData out of range");
           }
+          // Straight into the caller's buffer: no copy on the host side.
           KVTIER_RETURN_IF_ERROR(stream_.read_exact(cmd.in.data() + d->offset, d->length));
           if (l->has_ddgst) {
             uint8_t got[4];
@@ -123,35 +292,28 @@ class NvmeTcpDevice::Queue {
               cmd.status = 0x004;  // data transfer error; the connection survives
             }
           }
-          received += d->length;
+          s->received += d->length;
           if (l->ch.flags & kFlagDataSuccess) {
-            if (!(l->ch.flags & kFlagDataLast) || received != cmd.in.size()) {
+            if (!(l->ch.flags & kFlagDataLast) || s->received != cmd.in.size()) {
               return Status::corruption("nvmf host: SUCCESS on a partial read");
             }
-            return Status::ok_status();
+            complete(*s, Status::ok_status());
           }
           break;
         }
         case PduType::kR2T: {
           auto d = decode_data_header(hv);
           if (!d.ok()) return d.status();
-          if (d->cccid != cid || uint64_t(d->offset) + d->length > cmd.out.size() ||
-              cmd.in_capsule) {
+          std::lock_guard lk(mu_);
+          if (d->cccid >= slots_.size() || !slots_[d->cccid].busy || slots_[d->cccid].done) {
+            return Status::corruption("nvmf host: R2T for no outstanding command");
+          }
+          Slot& s = slots_[d->cccid];
+          if (s.cmd->in_capsule || uint64_t(d->offset) + d->length > s.cmd->out.size()) {
             return Status::corruption("nvmf host: bad R2T");
           }
-          for (uint32_t off = 0; off < d->length;) {
-            const uint32_t chunk = std::min(d->length - off, maxh2cdata_);
-            const ByteView part(cmd.out.data() + d->offset + off, chunk);
-            HeaderBuf dh;
-            const uint32_t hn = encode_data(
-                PduType::kH2CData, {cid, d->ttag, d->offset + off, chunk},
-                off + chunk == d->length ? kFlagDataLast : 0, lim_.hdgst, lim_.ddgst, dh);
-            uint8_t dg[4];
-            if (lim_.ddgst) put32(dg, digest(part));
-            iovec v[3] = {{dh.data(), hn}, {const_cast<std::byte*>(part.data()), chunk}, {dg, 4}};
-            KVTIER_RETURN_IF_ERROR(stream_.write_all(v, lim_.ddgst ? 3 : 2));
-            off += chunk;
-          }
+          s.r2t.push_back({d->ttag, d->offset, d->length});
+          s.cv.notify_all();
           break;
         }
         default:
@@ -160,12 +322,6 @@ class NvmeTcpDevice::Queue {
     }
   }
 
- private:
-  Queue(int fd, const HostOptions& o) : stream_(fd) {
-    lim_.hdgst = o.hdgst;
-    lim_.ddgst = o.ddgst;
-    lim_.max_data = 16u << 20;
-  }
   Status handshake() {
     HeaderBuf h;
     IcReq r;
@@ -190,11 +346,21 @@ class NvmeTcpDevice::Queue {
     return Status::ok_status();
   }
 
-  std::mutex mu_;
+  std::mutex send_mu_;  // one writer of PDUs at a time
   SocketStream stream_;
   PduLimits lim_;
   uint32_t maxh2cdata_ = kMinMaxH2CData;
-  uint16_t next_cid_ = 0;
+  std::chrono::milliseconds io_timeout_;
+  std::atomic<bool> closing_{false};
+
+  std::mutex mu_;  // guards the slot table, free_, failed_, receiver_stopped_
+  std::condition_variable slot_cv_;
+  std::condition_variable recv_cv_;
+  std::vector<Slot> slots_;  // indexed by command id
+  std::vector<uint16_t> free_;
+  Status failed_;
+  bool receiver_stopped_ = false;
+  std::thread receiver_;
 };
 
 namespace {

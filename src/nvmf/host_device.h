@@ -6,11 +6,12 @@
 // has passed since the loss (and everything fails after ctrl_loss_tmo). Every
 // socket wait is bounded by io_timeout, so no call ever hangs.
 //
-// Threads: requests may be submitted from any thread; each runs to completion
-// on the caller's thread holding one I/O queue (queues are picked round
-// robin), and the callback runs before submit returns. A keep-alive thread
-// owns the admin queue's periodic traffic. Unfinished: requests are
-// synchronous per queue (no pipelining within a queue).
+// Threads: requests may be submitted from any thread; each runs on the
+// caller's thread (queues are picked round robin) and the callback runs
+// before submit returns. Many callers share one queue at once: each queue
+// keeps up to queue_size - 1 commands in flight, told apart by command id,
+// and a receiver thread per queue places C2H data straight into the callers'
+// buffers. A keep-alive thread owns the admin queue's periodic traffic.
 #pragma once
 
 #include <atomic>
