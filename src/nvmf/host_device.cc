@@ -39,10 +39,13 @@ struct NvmeTcpDevice::Command {
 // blocks on a send while the controller blocks on sending to us).
 class NvmeTcpDevice::Queue {
  public:
-  static Result<std::shared_ptr<Queue>> open(const HostOptions& o) {
+  // `peak` (may be null) records the most commands ever in flight on one queue.
+  static Result<std::shared_ptr<Queue>> open(const HostOptions& o,
+                                             std::atomic<uint32_t>* peak = nullptr) {
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return Status::io_error("nvmf host: socket failed");
     auto q = std::shared_ptr<Queue>(new Queue(fd, o));
+    q->peak_ = peak;
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(o.port);
@@ -99,6 +102,12 @@ class NvmeTcpDevice::Queue {
     s = Slot{};
     s.cmd = &cmd;
     s.busy = true;
+    if (peak_) {
+      const uint32_t now = uint32_t(slots_.size() - free_.size());
+      uint32_t seen = peak_->load();
+      while (now > seen && !peak_->compare_exchange_weak(seen, now)) {
+      }
+    }
     lk.unlock();
     put16(&cmd.sqe[2], cid);
     HeaderBuf h;
@@ -352,6 +361,7 @@ class NvmeTcpDevice::Queue {
   uint32_t maxh2cdata_ = kMinMaxH2CData;
   std::chrono::milliseconds io_timeout_;
   std::atomic<bool> closing_{false};
+  std::atomic<uint32_t>* peak_ = nullptr;
 
   std::mutex mu_;  // guards the slot table, free_, failed_, receiver_stopped_
   std::condition_variable slot_cv_;
@@ -494,7 +504,7 @@ Status NvmeTcpDevice::establish() {
   capacity_ = nsze * bs;
   std::vector<std::shared_ptr<Queue>> io;
   for (uint32_t i = 1; i <= granted; ++i) {
-    auto q = Queue::open(opt_);
+    auto q = Queue::open(opt_, &peak_in_flight_);
     if (!q.ok()) return q.status();
     Command qc = connect_cmd(uint16_t(i), uint16_t(opt_.queue_size - 1), 0);
     KVTIER_RETURN_IF_ERROR((*q)->exec(qc));

@@ -61,6 +61,8 @@ class NvmeTcpDevice : public blk::BlockDevice {
   blk::DeviceStats stats() const override;
 
   uint64_t reconnects() const { return reconnects_; }
+  // The most commands that were ever in flight at once on one I/O queue.
+  uint32_t peak_in_flight() const { return peak_in_flight_; }
   bool connected() const;
 
  private:
@@ -93,6 +95,7 @@ class NvmeTcpDevice : public blk::BlockDevice {
   std::atomic<uint32_t> next_queue_{0};
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> reconnects_{0};
+  std::atomic<uint32_t> peak_in_flight_{0};
   std::thread keepalive_;
   mutable std::mutex stats_mu_;
   blk::DeviceStats stats_;
