@@ -1,13 +1,133 @@
 // `kvtier nvmf serve`: export block devices over NVMe/TCP (docs/nvme-tcp.md).
+// `kvtier nvmf read|write|connect`: manual use of kvtier's NVMe/TCP host.
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
 #include <string>
+#include <thread>
 
+#include "common/buffer.h"
+#include "nvmf/host_device.h"
 #include "nvmf/serve.h"
 #include "tools/commands.h"
 
 namespace kvtier::tools {
 namespace {
+
+volatile std::sig_atomic_t g_interrupted = 0;
+
+// Options shared by every host subcommand.
+void add_host_options(CLI::App* c, nvmf::HostOptions& o) {
+  c->add_option("--address", o.address, "Target IPv4 address")->capture_default_str();
+  c->add_option("--port", o.port, "Target TCP port")->capture_default_str();
+  c->add_option("--nqn", o.subnqn, "Subsystem NQN to connect to")->required();
+  c->add_option("--hostnqn", o.hostnqn, "Host NQN sent in Connect (must be on the allow-list)")
+      ->capture_default_str();
+  c->add_option("--nsid", o.nsid, "Namespace ID")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 0xFFFFFFFEu));
+  c->add_option("--io-queues", o.io_queues, "I/O queues (TCP connections)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 64u));
+  c->add_flag("--hdgst", o.hdgst, "Ask for header digests (CRC32C)");
+  c->add_flag("--ddgst", o.ddgst, "Ask for data digests (CRC32C)");
+}
+
+int fail(const Status& st) {
+  std::cerr << "kvtier nvmf: " << st.to_string() << "\n";
+  return 1;
+}
+
+// Reads [offset, offset+length) of the namespace to a file or stdout ("-").
+int run_read(const nvmf::HostOptions& o, uint64_t offset, uint64_t length, const std::string& out) {
+  auto dev = nvmf::NvmeTcpDevice::connect(o);
+  if (!dev.ok()) return fail(dev.status());
+  const uint32_t bs = (*dev)->block_size();
+  if (offset % bs || length % bs) {
+    return fail(Status::invalid_argument("--offset and --length must be multiples of the " +
+                                         std::to_string(bs) + "-byte block size"));
+  }
+  if (length == 0) length = (*dev)->capacity() - std::min(offset, (*dev)->capacity());
+  std::ofstream file;
+  if (out != "-") {
+    file.open(out, std::ios::binary | std::ios::trunc);
+    if (!file) return fail(Status::io_error("cannot open " + out + " for writing"));
+  }
+  std::ostream& os = out == "-" ? std::cout : file;
+  AlignedBuffer buf(1 << 20);
+  for (uint64_t done = 0; done < length;) {
+    const uint64_t n = std::min<uint64_t>(buf.size(), length - done);
+    Status st = (*dev)->read_sync(offset + done, buf.subview(0, n));
+    if (!st.ok()) return fail(st);
+    os.write(reinterpret_cast<const char*>(buf.data()), std::streamsize(n));
+    if (!os) return fail(Status::io_error("cannot write " + out));
+    done += n;
+  }
+  os.flush();
+  return 0;
+}
+
+// Writes a file or stdin ("-") to the namespace at `offset`; a last partial
+// block is padded with zeros.
+int run_write(const nvmf::HostOptions& o, uint64_t offset, const std::string& in) {
+  auto dev = nvmf::NvmeTcpDevice::connect(o);
+  if (!dev.ok()) return fail(dev.status());
+  const uint32_t bs = (*dev)->block_size();
+  if (offset % bs) {
+    return fail(Status::invalid_argument("--offset must be a multiple of the " +
+                                         std::to_string(bs) + "-byte block size"));
+  }
+  std::ifstream file;
+  if (in != "-") {
+    file.open(in, std::ios::binary);
+    if (!file) return fail(Status::io_error("cannot open " + in));
+  }
+  std::istream& is = in == "-" ? std::cin : file;
+  AlignedBuffer buf(1 << 20);
+  uint64_t done = 0;
+  for (;;) {
+    is.read(reinterpret_cast<char*>(buf.data()), std::streamsize(buf.size()));
+    const uint64_t got = uint64_t(is.gcount());
+    if (got == 0) break;
+    const uint64_t n = (got + bs - 1) / bs * bs;
+    std::memset(buf.data() + got, 0, n - got);
+    if (offset + done + n > (*dev)->capacity()) {
+      return fail(Status::invalid_argument("input does not fit in the namespace after --offset"));
+    }
+    Status st = (*dev)->write_sync(offset + done, buf.subview(0, n));
+    if (!st.ok()) return fail(st);
+    done += n;
+  }
+  Status st = (*dev)->flush_sync();
+  if (!st.ok()) return fail(st);
+  std::cerr << "wrote " << done << " bytes at offset " << offset << "\n";
+  return 0;
+}
+
+// Connects, prints what it learned, and stays connected (keep-alive running).
+int run_connect(const nvmf::HostOptions& o, double seconds) {
+  auto dev = nvmf::NvmeTcpDevice::connect(o);
+  if (!dev.ok()) return fail(dev.status());
+  std::cout << "connected: " << (*dev)->name() << "\n"
+            << "namespace " << o.nsid << ": " << (*dev)->capacity() << " bytes, block size "
+            << (*dev)->block_size() << "\n"
+            << "io queues: " << o.io_queues << "\n";
+  std::cout.flush();
+  std::signal(SIGINT, [](int) { g_interrupted = 1; });
+  std::signal(SIGTERM, [](int) { g_interrupted = 1; });
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!g_interrupted && (seconds <= 0 || std::chrono::steady_clock::now() < end)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::cout << "disconnected (" << (*dev)->reconnects() << " reconnects)\n";
+  return 0;
+}
 
 void add_nvmf(CLI::App& root) {
   auto* nvmf = root.add_subcommand("nvmf", "NVMe over TCP: export volumes to any NVMe/TCP host");
@@ -27,6 +147,37 @@ void add_nvmf(CLI::App& root) {
       ->required()
       ->check(CLI::ExistingFile);
   serve->callback([config] { std::exit(nvmf::serve_until_signal(*config)); });
+
+  auto opt = std::make_shared<nvmf::HostOptions>();
+  auto offset = std::make_shared<uint64_t>(0);
+  auto length = std::make_shared<uint64_t>(0);
+  auto path = std::make_shared<std::string>("-");
+  auto seconds = std::make_shared<double>(0);
+
+  auto* rd = nvmf->add_subcommand(
+      "read", "Read a byte range of a remote namespace through kvtier's NVMe/TCP host");
+  add_host_options(rd, *opt);
+  rd->add_option("--offset", *offset, "First byte (a multiple of the block size)");
+  rd->add_option("--length", *length, "Bytes to read (multiple of the block size; 0: to the end)");
+  rd->add_option("--out", *path, "File to write, or - for stdout")->capture_default_str();
+  rd->callback([=] { std::exit(run_read(*opt, *offset, *length, *path)); });
+
+  auto* wr = nvmf->add_subcommand(
+      "write", "Write a file or stdin to a remote namespace through kvtier's NVMe/TCP host");
+  add_host_options(wr, *opt);
+  wr->add_option("--offset", *offset, "First byte (a multiple of the block size)");
+  wr->add_option("--in", *path, "File to send, or - for stdin (last block zero-padded)")
+      ->capture_default_str();
+  wr->callback([=] { std::exit(run_write(*opt, *offset, *path)); });
+
+  auto* cn = nvmf->add_subcommand(
+      "connect",
+      "Connect to a subsystem, print the namespace size, block size and queue count, and stay\n"
+      "connected (keep-alive, reconnect) until Ctrl-C or --seconds");
+  add_host_options(cn, *opt);
+  cn->add_option("--seconds", *seconds, "Stay connected this long (0: until Ctrl-C)")
+      ->capture_default_str();
+  cn->callback([=] { std::exit(run_connect(*opt, *seconds)); });
 }
 
 RegisterCommands reg(60, add_nvmf);
