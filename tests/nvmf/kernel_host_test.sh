@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Kernel NVMe/TCP host (linux-nvme-peer guest) against kvtier's target.
-#   kernel_host_test.sh SERVE_BINARY LINUX_NVME_PEER VARIANT
+#   kernel_host_test.sh SERVE_BINARY LINUX_NVME_PEER VARIANT KVTIER_BINARY
 # VARIANT plain:   1 I/O queue, no digests, default 4 MiB O_DIRECT pattern test,
 #                  then a host NQN that is not on the allow-list must be refused.
 # VARIANT digests: header + data digests, 4 I/O queues, discovery first, write,
 #                  disconnect, connect again, verify.
-# Afterwards the target is stopped with SIGTERM (must exit 0) and the backing
-# file is checked block by block against the pattern the kernel wrote.
+# Afterwards kvtier's own host (`kvtier nvmf read`, same digests and queue count
+# as the kernel used) reads what the kernel wrote, the target is stopped with
+# SIGTERM (must exit 0), and both that read and the backing file are checked
+# block by block against the pattern the kernel wrote.
 set -euo pipefail
-serve=$1 lnp=$2 variant=$3
+serve=$1 lnp=$2 variant=$3 kvtier=$4
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 work=$(mktemp -d)
 serve_pid=""
@@ -64,6 +66,13 @@ case "$variant" in
   *) echo "unknown variant $variant"; exit 2 ;;
 esac
 
+# Data written by the kernel host, read back by kvtier's host.
+host_flags=(--io-queues 1)
+[[ $variant == digests ]] && host_flags=(--io-queues 4 --hdgst --ddgst)
+"$kvtier" nvmf read --port "$port" --nqn "$nqn" --hostnqn "$host" "${host_flags[@]}" \
+  --length $((mib << 20)) --out "$work/kvtier-read.bin" 2> "$work/kvtier-read.err" ||
+  { cat "$work/kvtier-read.err"; echo "FAIL: kvtier nvmf read"; exit 1; }
+
 kill -TERM "$serve_pid"
 rc=0
 wait "$serve_pid" || rc=$?
@@ -71,15 +80,18 @@ serve_pid=""
 [[ $rc -eq 0 ]] || { echo "FAIL: target exited $rc after SIGTERM"; cat "$work/serve.err"; exit 1; }
 
 # What the kernel wrote is what the backing file holds.
-python3 - "$work/ns.img" "$mib" <<'PY'
+python3 - "$work/ns.img" "$work/kvtier-read.bin" "$mib" <<'PY'
 import sys
-path, mib = sys.argv[1], int(sys.argv[2])
-with open(path, "rb") as f:
-    data = f.read(mib << 20)
-for i in range(len(data) // 4096):
-    want = (b"LNP%012d:" % i) + bytes(33 + ((i + j) % 94) for j in range(16, 4096))
-    if data[4096 * i:4096 * (i + 1)] != want:
-        sys.exit(f"FAIL: block {i} of the backing file differs from the pattern")
-print(f"backing file holds the pattern in all {len(data) // 4096} blocks")
+mib = int(sys.argv[3])
+for what, path in (("backing file", sys.argv[1]), ("kvtier host read", sys.argv[2])):
+    with open(path, "rb") as f:
+        data = f.read(mib << 20)
+    if len(data) != mib << 20:
+        sys.exit(f"FAIL: {what} holds {len(data)} bytes, want {mib << 20}")
+    for i in range(len(data) // 4096):
+        want = (b"LNP%012d:" % i) + bytes(33 + ((i + j) % 94) for j in range(16, 4096))
+        if data[4096 * i:4096 * (i + 1)] != want:
+            sys.exit(f"FAIL: block {i} of the {what} differs from the pattern")
+    print(f"{what} holds the pattern in all {len(data) // 4096} blocks")
 PY
 echo "PASS: $variant"
