@@ -394,6 +394,83 @@ Status nvme_status(uint16_t st, const char* what) {
 
 }  // namespace
 
+namespace {
+
+// Connect capsule data (1024 bytes): HOSTID derived from the host NQN (stable
+// and never all zeros), CNTLID, SUBNQN, HOSTNQN.
+std::vector<uint8_t> connect_data(const std::string& hostnqn, const std::string& subnqn,
+                                  uint16_t cntlid) {
+  std::vector<uint8_t> cd(1024, 0);
+  for (int i = 0; i < 4; ++i) {
+    const std::string salt = hostnqn + char('0' + i);
+    put32(&cd[4 * i], crc32c(salt.data(), salt.size()) | 1);
+  }
+  put16(&cd[16], cntlid);
+  std::memcpy(&cd[256], subnqn.data(), std::min<size_t>(255, subnqn.size()));
+  std::memcpy(&cd[512], hostnqn.data(), std::min<size_t>(255, hostnqn.size()));
+  return cd;
+}
+
+std::string fixed_string(const uint8_t* p, size_t n) {
+  std::string s(reinterpret_cast<const char*>(p), strnlen(reinterpret_cast<const char*>(p), n));
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+Result<DiscoveryLog> NvmeTcpDevice::discover(const HostOptions& o) {
+  auto q = Queue::open(o);
+  if (!q.ok()) return q.status();
+  std::vector<uint8_t> cd = connect_data(o.hostnqn, "nqn.2014-08.org.nvmexpress.discovery", 0xFFFF);
+  Command c;
+  c.sqe = make_sqe(0x7F, 0, 1024, 0x01);
+  c.sqe[4] = 0x01;  // Connect, admin queue, 32 entries, KATO 0 (no keep-alive)
+  put16(&c.sqe[44], 31);
+  c.out = as_bytes_view(cd.data(), cd.size());
+  c.in_capsule = true;
+  KVTIER_RETURN_IF_ERROR((*q)->exec(c));
+  KVTIER_RETURN_IF_ERROR(nvme_status(c.status, "discovery Connect"));
+  Command en;
+  en.sqe = make_sqe(0x7F, 0, 0);
+  put32(&en.sqe[44], 0x14);
+  put64(&en.sqe[48], 0x460001);
+  KVTIER_RETURN_IF_ERROR((*q)->exec(en));
+  KVTIER_RETURN_IF_ERROR(nvme_status(en.status, "Property Set CC"));
+  // Header first for the record count, then the whole page (bounded).
+  auto get_log = [&](std::vector<uint8_t>& page) -> Status {
+    Command g;
+    g.sqe = make_sqe(0x02, 0, uint32_t(page.size()));
+    const uint32_t numd = uint32_t(page.size() / 4 - 1);
+    put32(&g.sqe[40], 0x70 | (numd & 0xFFFF) << 16);
+    put32(&g.sqe[44], numd >> 16);
+    g.in = as_mutable_view(page.data(), page.size());
+    KVTIER_RETURN_IF_ERROR((*q)->exec(g));
+    return nvme_status(g.status, "Get Log Page (discovery)");
+  };
+  std::vector<uint8_t> head(1024);
+  KVTIER_RETURN_IF_ERROR(get_log(head));
+  const uint64_t numrec = get64(head.data() + 8);
+  if (numrec > 1000) return Status::corruption("nvmf host: discovery log claims too many records");
+  std::vector<uint8_t> page(1024 * (1 + numrec));
+  KVTIER_RETURN_IF_ERROR(get_log(page));
+  DiscoveryLog log;
+  log.generation = get64(page.data());
+  for (uint64_t i = 0; i < numrec; ++i) {
+    const uint8_t* e = page.data() + 1024 * (i + 1);
+    DiscoveryEntry d;
+    d.trtype = e[0];
+    d.adrfam = e[1];
+    d.subtype = e[2];
+    d.portid = get16(e + 4);
+    d.trsvcid = fixed_string(e + 32, 32);
+    d.subnqn = fixed_string(e + 256, 256);
+    d.traddr = fixed_string(e + 512, 256);
+    log.entries.push_back(std::move(d));
+  }
+  return log;
+}
+
 NvmeTcpDevice::NvmeTcpDevice(HostOptions o) : opt_(std::move(o)) {}
 
 Result<std::unique_ptr<NvmeTcpDevice>> NvmeTcpDevice::connect(const HostOptions& options) {

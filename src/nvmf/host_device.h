@@ -44,8 +44,26 @@ struct HostOptions {
   std::chrono::milliseconds fast_io_fail_tmo{-1};  // negative: I/O waits until ctrl loss
 };
 
+// One entry of a discovery log page (what `nvme discover` prints).
+struct DiscoveryEntry {
+  uint8_t trtype = 0;   // 3: TCP
+  uint8_t adrfam = 0;   // 1: IPv4
+  uint8_t subtype = 0;  // 2: NVM subsystem, 3: discovery
+  uint16_t portid = 0;
+  std::string trsvcid;  // port
+  std::string traddr;
+  std::string subnqn;
+};
+struct DiscoveryLog {
+  uint64_t generation = 0;
+  std::vector<DiscoveryEntry> entries;
+};
+
 class NvmeTcpDevice : public blk::BlockDevice {
  public:
+  // Reads the discovery log of the target at options.address:port through its
+  // discovery controller (options.subnqn is ignored; hostnqn is sent).
+  static Result<DiscoveryLog> discover(const HostOptions& options);
   // Connects (admin + I/O queues) and identifies the namespace.
   static Result<std::unique_ptr<NvmeTcpDevice>> connect(const HostOptions& options);
   ~NvmeTcpDevice() override;

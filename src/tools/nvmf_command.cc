@@ -129,6 +129,30 @@ int run_connect(const nvmf::HostOptions& o, double seconds) {
   return 0;
 }
 
+// Prints the discovery log of a target, one block per record.
+int run_discover(const nvmf::HostOptions& o) {
+  auto log = nvmf::NvmeTcpDevice::discover(o);
+  if (!log.ok()) return fail(log.status());
+  std::cout << "Discovery Log Number of Records " << log->entries.size() << ", Generation counter "
+            << log->generation << "\n";
+  for (size_t i = 0; i < log->entries.size(); ++i) {
+    const auto& e = log->entries[i];
+    std::cout << "=====Discovery Log Entry " << i << "======\n"
+              << "trtype:  " << (e.trtype == 3 ? "tcp" : std::to_string(e.trtype)) << "\n"
+              << "adrfam:  " << (e.adrfam == 1 ? "ipv4" : std::to_string(e.adrfam)) << "\n"
+              << "subtype: "
+              << (e.subtype == 2   ? "nvme subsystem"
+                  : e.subtype == 3 ? "discovery subsystem"
+                                   : std::to_string(e.subtype))
+              << "\n"
+              << "portid:  " << e.portid << "\n"
+              << "trsvcid: " << e.trsvcid << "\n"
+              << "subnqn:  " << e.subnqn << "\n"
+              << "traddr:  " << e.traddr << "\n";
+  }
+  return 0;
+}
+
 void add_nvmf(CLI::App& root) {
   auto* nvmf = root.add_subcommand("nvmf", "NVMe over TCP: export volumes to any NVMe/TCP host");
   nvmf->require_subcommand(1);
@@ -153,6 +177,15 @@ void add_nvmf(CLI::App& root) {
   auto length = std::make_shared<uint64_t>(0);
   auto path = std::make_shared<std::string>("-");
   auto seconds = std::make_shared<double>(0);
+
+  auto* dc = nvmf->add_subcommand(
+      "discover",
+      "Print the discovery log of a target (the subsystems this host NQN may connect to)");
+  dc->add_option("--address", opt->address, "Target IPv4 address")->capture_default_str();
+  dc->add_option("--port", opt->port, "Target TCP port")->capture_default_str();
+  dc->add_option("--hostnqn", opt->hostnqn, "Host NQN (the log lists what it is allowed)")
+      ->capture_default_str();
+  dc->callback([=] { std::exit(run_discover(*opt)); });
 
   auto* rd = nvmf->add_subcommand(
       "read", "Read a byte range of a remote namespace through kvtier's NVMe/TCP host");

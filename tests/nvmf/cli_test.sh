@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# `kvtier nvmf write|read|connect` against a `kvtier nvmf serve` process:
+# `kvtier nvmf write|read|connect|discover` against a `kvtier nvmf serve` process:
 # a file with a partial last block is written at an offset, read back to a
 # file and to stdout and compared; connect prints the namespace and leaves
-# after --seconds; a host not on the allow-list and a bad offset fail with a
+# after --seconds; discover lists the subsystem for the allowed host NQN
+# only; a host not on the allow-list and a bad offset fail with a
 # clear message and a non-zero exit.
 #   cli_test.sh KVTIER_BINARY
 set -euo pipefail
@@ -49,6 +50,13 @@ cmp -n $((3 * 1048576 + 1000)) "$work/in.bin" "$work/out.bin" || { echo "FAIL: d
 grep -q "namespace 1: 16777216 bytes, block size" "$work/connect.out" ||
   { cat "$work/connect.out"; echo "FAIL: connect output"; exit 1; }
 grep -q "io queues: 1" "$work/connect.out" || { echo "FAIL: queue count"; exit 1; }
+
+"$kvtier" nvmf discover --port "$port" --hostnqn "$host" > "$work/discover.out"
+grep -q "^subnqn:  $nqn\$" "$work/discover.out" && grep -q "^trsvcid: $port\$" "$work/discover.out" ||
+  { cat "$work/discover.out"; echo "FAIL: discover output"; exit 1; }
+# Another host NQN sees no subsystem in the log.
+"$kvtier" nvmf discover --port "$port" --hostnqn nqn.2024-01.io.kvtier:other > "$work/discover.out"
+grep -q "Number of Records 0," "$work/discover.out" || { cat "$work/discover.out"; echo "FAIL: other"; exit 1; }
 
 rc=0
 "$kvtier" nvmf read --port "$port" --nqn "$nqn" --hostnqn nqn.2024-01.io.kvtier:stranger \
