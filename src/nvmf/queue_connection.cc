@@ -20,6 +20,9 @@ constexpr uint16_t kScInvalidOpcode = 0x001;
 constexpr uint16_t kScInvalidField = 0x002;
 constexpr uint16_t kScDataTransferError = 0x004;
 constexpr uint16_t kScInternal = 0x006;
+constexpr uint16_t kScAbortRequested = 0x007;
+constexpr uint16_t kScAerLimitExceeded = 0x105;  // SCT 1 (command specific)
+constexpr size_t kMaxHeldAers = 4;               // Identify AERL is 3 (0's based)
 constexpr uint16_t kScInvalidNamespace = 0x00B;
 constexpr uint16_t kScSequenceError = 0x00C;
 constexpr uint16_t kScSglLengthInvalid = 0x00F;
@@ -406,10 +409,18 @@ Status QueueConnection::admin(const Sqe& sqe, const std::vector<uint8_t>& data) 
   switch (opc) {
     case 0x18:  // Keep Alive
       return complete(cid, {kScSuccess});
-    case 0x0C:  // Async Event Request: held; nothing to report yet
+    case 0x0C:  // Async Event Request: held (no events to report) up to AERL + 1
+      if (held_aers_.size() >= kMaxHeldAers) return complete(cid, {kScAerLimitExceeded});
+      held_aers_.push_back(cid);
       return Status::ok_status();
-    case 0x08:  // Abort: nothing is ever queued long enough to abort
-      return complete(cid, {kScSuccess, 1});
+    case 0x08: {  // Abort: only a held AER is ever outstanding long enough to abort
+      const uint16_t sqid = dw(sqe, 10) & 0xFFFF, victim = uint16_t(dw(sqe, 10) >> 16);
+      auto it = std::find(held_aers_.begin(), held_aers_.end(), victim);
+      if (sqid != 0 || it == held_aers_.end()) return complete(cid, {kScSuccess, 1});
+      held_aers_.erase(it);
+      KVTIER_RETURN_IF_ERROR(complete(victim, {kScAbortRequested}));
+      return complete(cid, {kScSuccess, 0});  // dw0 bit 0 clear: the command was aborted
+    }
     case 0x09:
       return complete(cid, set_features(sqe));
     case 0x0A:

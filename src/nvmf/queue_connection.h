@@ -85,6 +85,10 @@ class QueueConnection : public Closable {
   uint16_t next_ttag_ = 0;
   AlignedBuffer read_buf_;                // reused by every read on this queue
   std::vector<AlignedBuffer> free_bufs_;  // write buffers of finished R2T writes
+  // Async Event Requests held on the admin queue (no event is ever raised):
+  // completed with ABORT REQUESTED when the host aborts them, dropped with the
+  // connection at teardown.
+  std::vector<uint16_t> held_aers_;
 };
 
 }  // namespace kvtier::nvmf

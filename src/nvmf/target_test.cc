@@ -265,5 +265,37 @@ TEST_F(TargetTest, KeepAliveExpiryDestroysController) {
   EXPECT_EQ(io.connect(1, kHost, cntlid), 0xFFFF);
 }
 
+// Async Event Requests are held (AERL + 1 = 4 of them), a fifth is refused
+// with "limit exceeded", and an Abort of a held one completes it with ABORT
+// REQUESTED before the Abort itself completes saying it was aborted.
+TEST_F(TargetTest, AsyncEventRequestsAreHeldLimitedAndAbortable) {
+  RawHost h(target_->port());
+  ASSERT_NE(enable(h), 0xFFFF);
+  for (uint16_t cid = 10; cid < 14; ++cid) h.capsule(RawHost::base_sqe(0x0C, cid, 0x5A, 0));
+  h.capsule(RawHost::base_sqe(0x0C, 14, 0x5A, 0));
+  auto r = h.recv_pdu();  // only the fifth is answered
+  ASSERT_EQ(r.size(), 24u);
+  EXPECT_EQ(get16(&r[20]), 14);
+  EXPECT_EQ((get16(&r[22]) >> 1) & 0xFF, 0x05);  // SC: AER limit exceeded
+  EXPECT_EQ((get16(&r[22]) >> 9) & 0x7, 1);      // SCT: command specific
+  Sqe abort = RawHost::base_sqe(0x08, 20, 0x5A, 0);
+  put32(&abort[40], uint32_t(12) << 16);  // SQID 0, CID 12
+  h.capsule(abort);
+  r = h.recv_pdu();
+  ASSERT_EQ(r.size(), 24u);
+  EXPECT_EQ(get16(&r[20]), 12);
+  EXPECT_EQ((get16(&r[22]) >> 1) & 0xFF, 0x07);  // ABORT REQUESTED
+  r = h.recv_pdu();
+  ASSERT_EQ(r.size(), 24u);
+  EXPECT_EQ(get16(&r[20]), 20);
+  EXPECT_EQ(get16(&r[22]) >> 1, 0);
+  EXPECT_EQ(get32(&r[8]) & 1, 0u);  // dw0 bit 0 clear: aborted
+  // Keep Alive still answered: the queue is intact.
+  h.capsule(RawHost::base_sqe(0x18, 21, 0x5A, 0));
+  r = h.recv_pdu();
+  ASSERT_EQ(r.size(), 24u);
+  EXPECT_EQ(get16(&r[20]), 21);
+}
+
 }  // namespace
 }  // namespace kvtier::nvmf
