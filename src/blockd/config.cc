@@ -19,7 +19,7 @@ namespace {
 using nlohmann::json;
 
 const std::set<std::string>& kinds() {
-  static const std::set<std::string> k{"file",  "mem",   "raid0",  "raid1",
+  static const std::set<std::string> k{"file",  "mem",   "remote", "raid0",    "raid1",
                                        "raid5", "raid6", "raid10", "partition"};
   return k;
 }
@@ -47,7 +47,55 @@ Status sys_error(const std::string& what, const std::string& path) {
   return Status::io_error(fmt::format("{} {}: {}", what, path, std::strerror(errno)));
 }
 
+json remote_to_json(const RemoteConfig& r) {
+  return json{{"address", r.address},
+              {"port", r.port},
+              {"nqn", r.nqn},
+              {"hostnqn", r.hostnqn},
+              {"nsid", r.nsid},
+              {"io_queues", r.io_queues},
+              {"hdgst", r.hdgst},
+              {"ddgst", r.ddgst},
+              {"reconnect_delay_ms", r.reconnect_delay_ms},
+              {"ctrl_loss_tmo_ms", r.ctrl_loss_tmo_ms},
+              {"fast_io_fail_tmo_ms", r.fast_io_fail_tmo_ms}};
+}
+
+Result<RemoteConfig> remote_from_json(const json& j) {
+  RemoteConfig r;
+  r.address = j.at("address").get<std::string>();
+  const int64_t port = j.value("port", int64_t{4420});
+  if (port < 1 || port > 65535) {
+    return Status::invalid_argument(fmt::format("remote port {} is not 1..65535", port));
+  }
+  r.port = static_cast<uint16_t>(port);
+  r.nqn = j.at("nqn").get<std::string>();
+  r.hostnqn = j.value("hostnqn", r.hostnqn);
+  r.nsid = j.value("nsid", r.nsid);
+  r.io_queues = j.value("io_queues", r.io_queues);
+  r.hdgst = j.value("hdgst", false);
+  r.ddgst = j.value("ddgst", false);
+  r.reconnect_delay_ms = j.value("reconnect_delay_ms", r.reconnect_delay_ms);
+  r.ctrl_loss_tmo_ms = j.value("ctrl_loss_tmo_ms", r.ctrl_loss_tmo_ms);
+  r.fast_io_fail_tmo_ms = j.value("fast_io_fail_tmo_ms", r.fast_io_fail_tmo_ms);
+  return r;
+}
+
 }  // namespace
+
+Status validate_remote(const std::string& name, const RemoteConfig& r) {
+  auto bad = [&](const std::string& why) {
+    return Status::invalid_argument(fmt::format("volume '{}': {}", name, why));
+  };
+  if (r.address.empty()) return bad("a remote volume needs an address");
+  if (r.port == 0) return bad("a remote volume needs a port");
+  if (!valid_export_nqn(r.nqn)) return bad(fmt::format("'{}' is not a subsystem NQN", r.nqn));
+  if (!valid_export_nqn(r.hostnqn)) return bad(fmt::format("'{}' is not a host NQN", r.hostnqn));
+  if (r.nsid == 0 || r.nsid == 0xffffffffu) return bad("nsid must be 1..4294967294");
+  if (r.io_queues < 1 || r.io_queues > 64) return bad("io_queues must be 1..64");
+  if (r.reconnect_delay_ms < 1) return bad("reconnect_delay_ms must be at least 1");
+  return Status::ok_status();
+}
 
 bool valid_volume_name(const std::string& name) {
   if (name.empty() || name.size() > 63) return false;
@@ -74,6 +122,7 @@ Status validate_config(const DaemonConfig& config) {
     if (v.kind == "file" && v.path.empty()) {
       return Status::invalid_argument(fmt::format("volume '{}': a file needs a path", v.name));
     }
+    if (v.kind == "remote") KVTIER_RETURN_IF_ERROR(validate_remote(v.name, v.remote));
     if (v.kind == "mem" && v.size_bytes == 0) {
       return Status::invalid_argument(
           fmt::format("volume '{}': a RAM volume needs a size", v.name));
@@ -139,6 +188,8 @@ std::string config_to_json(const DaemonConfig& config) {
       j["buffered"] = v.buffered;
     } else if (v.kind == "mem") {
       j["size_bytes"] = v.size_bytes;
+    } else if (v.kind == "remote") {
+      j["remote"] = remote_to_json(v.remote);
     } else if (v.kind == "partition") {
       j["parent"] = v.parent;
       j["offset_bytes"] = v.offset_bytes;
@@ -205,6 +256,16 @@ Result<DaemonConfig> config_from_json(const std::string& text) {
       v.offset_bytes = jv.value("offset_bytes", uint64_t{0});
       v.length_bytes = jv.value("length_bytes", uint64_t{0});
       if (jv.contains("qos")) v.qos = qos_from_json(jv["qos"]);
+      if (v.kind == "remote") {
+        if (version < 3 || !jv.contains("remote") || !jv["remote"].is_object()) {
+          return Status::invalid_argument(fmt::format(
+              "config: volume '{}': a remote volume needs a remote object (version 3 and later)",
+              v.name));
+        }
+        auto r = remote_from_json(jv["remote"]);
+        if (!r.ok()) return r.status();
+        v.remote = std::move(*r);
+      }
       c.volumes.push_back(std::move(v));
     }
     if (j.contains("exports")) {

@@ -16,12 +16,29 @@
 
 namespace kvtier::blockd {
 
-inline constexpr int kConfigVersion = 2;
+inline constexpr int kConfigVersion = 3;
 inline constexpr int kOldestConfigVersion = 1;
+
+// Where a remote volume lives and how its connection behaves when lost (the
+// Linux host's options: nvme connect --reconnect-delay, --ctrl-loss-tmo,
+// --fast_io_fail_tmo; negative = forever / never).
+struct RemoteConfig {
+  std::string address;
+  uint16_t port = 4420;
+  std::string nqn;
+  std::string hostnqn = "nqn.2024-01.io.kvtier:blockd";
+  uint32_t nsid = 1;
+  uint32_t io_queues = 1;
+  bool hdgst = false;
+  bool ddgst = false;
+  int64_t reconnect_delay_ms = 1000;
+  int64_t ctrl_loss_tmo_ms = 600000;
+  int64_t fast_io_fail_tmo_ms = 5000;
+};
 
 struct VolumeConfig {
   std::string name;
-  std::string kind;  // file, mem, raid0, raid1, raid5, raid6, raid10, partition
+  std::string kind;  // file, mem, remote, raid0, raid1, raid5, raid6, raid10, partition
   // file
   std::string path;
   uint64_t size_bytes = 0;  // file: size to create/extend to; mem: size
@@ -34,6 +51,8 @@ struct VolumeConfig {
   std::string parent;
   uint64_t offset_bytes = 0;
   uint64_t length_bytes = 0;
+  // remote: namespace `nsid` of subsystem `nqn` at address:port
+  RemoteConfig remote;
   // any
   blk::QosLimits qos;
 };
@@ -58,6 +77,8 @@ struct DaemonConfig {
 // Validates names, kinds, references (to earlier volumes only), fields and
 // exports (known volume, one export per NQN and per volume).
 Status validate_config(const DaemonConfig& config);
+// The fields of a remote volume `name` (address, port, NQNs, nsid, queues).
+Status validate_remote(const std::string& name, const RemoteConfig& r);
 std::string config_to_json(const DaemonConfig& config);
 Result<DaemonConfig> config_from_json(const std::string& text);
 // A missing file is an empty config.

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "blockd/grpc_service.h"
 
@@ -58,7 +59,7 @@ TEST(ConfigTest, RejectsMalformed) {
   EXPECT_FALSE(config_from_json("not json").ok());
   EXPECT_FALSE(config_from_json("[]").ok());
   EXPECT_FALSE(
-      config_from_json(R"({"format":"kvtier-blockd-config","version":3,"volumes":[]})").ok());
+      config_from_json(R"({"format":"kvtier-blockd-config","version":4,"volumes":[]})").ok());
   EXPECT_FALSE(config_from_json(R"({"format":"other","version":1,"volumes":[]})").ok());
   EXPECT_FALSE(config_from_json(
                    R"({"format":"kvtier-blockd-config","version":1,"volumes":[{"kind":"mem"}]})")
@@ -121,6 +122,61 @@ TEST(ConfigTest, ExportsRoundTripAndAreValidated) {
   bad = c;
   bad.exports[0].allowed_hosts = {"bad host"};
   EXPECT_FALSE(validate_config(bad).ok());
+}
+
+TEST(ConfigTest, RemoteVolumesRoundTripAndAreValidated) {
+  DaemonConfig c;
+  VolumeConfig r;
+  r.name = "r0";
+  r.kind = "remote";
+  r.remote.address = "10.0.0.7";
+  r.remote.port = 4421;
+  r.remote.nqn = "nqn.2024-01.io.kvtier:shared";
+  r.remote.nsid = 3;
+  r.remote.io_queues = 4;
+  r.remote.ddgst = true;
+  r.remote.ctrl_loss_tmo_ms = -1;
+  r.remote.fast_io_fail_tmo_ms = 250;
+  c.volumes.push_back(r);
+  auto back = config_from_json(config_to_json(c));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_EQ(back->volumes.size(), 1u);
+  const RemoteConfig& b = back->volumes[0].remote;
+  EXPECT_EQ(b.address, "10.0.0.7");
+  EXPECT_EQ(b.port, 4421);
+  EXPECT_EQ(b.nqn, r.remote.nqn);
+  EXPECT_EQ(b.hostnqn, "nqn.2024-01.io.kvtier:blockd");
+  EXPECT_EQ(b.nsid, 3u);
+  EXPECT_EQ(b.io_queues, 4u);
+  EXPECT_FALSE(b.hdgst);
+  EXPECT_TRUE(b.ddgst);
+  EXPECT_EQ(b.reconnect_delay_ms, 1000);
+  EXPECT_EQ(b.ctrl_loss_tmo_ms, -1);
+  EXPECT_EQ(b.fast_io_fail_tmo_ms, 250);
+  // A remote volume needs version 3 and its remote object.
+  EXPECT_FALSE(
+      config_from_json(R"({"format":"kvtier-blockd-config","version":2,"volumes":[)"
+                       R"({"name":"r","kind":"remote","remote":{"address":"a","nqn":"nqn.x"}}]})")
+          .ok());
+  EXPECT_FALSE(config_from_json(R"({"format":"kvtier-blockd-config","version":3,"volumes":[)"
+                                R"({"name":"r","kind":"remote"}]})")
+                   .ok());
+  EXPECT_FALSE(
+      config_from_json(
+          R"({"format":"kvtier-blockd-config","version":3,"volumes":[)"
+          R"({"name":"r","kind":"remote","remote":{"address":"a","nqn":"nqn.x","port":0}}]})")
+          .ok());
+  for (auto breaks : std::vector<void (*)(RemoteConfig&)>{
+           [](RemoteConfig& x) { x.address.clear(); },
+           [](RemoteConfig& x) { x.nqn = "not-an-nqn"; },
+           [](RemoteConfig& x) { x.hostnqn = "host with spaces"; },
+           [](RemoteConfig& x) { x.nsid = 0; }, [](RemoteConfig& x) { x.nsid = 0xffffffffu; },
+           [](RemoteConfig& x) { x.io_queues = 0; }, [](RemoteConfig& x) { x.io_queues = 65; },
+           [](RemoteConfig& x) { x.reconnect_delay_ms = 0; }}) {
+    DaemonConfig bad = c;
+    breaks(bad.volumes[0].remote);
+    EXPECT_FALSE(validate_config(bad).ok());
+  }
 }
 
 TEST(ConfigTest, SaveIsAtomicAndLoadReadsItBack) {

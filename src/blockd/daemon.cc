@@ -120,6 +120,28 @@ Status BlockDaemon::instantiate_locked(const VolumeConfig& cfg, bool format) {
     if (!d.ok())
       return Status(d.status().code(), fmt::format("{}: {}", cfg.path, d.status().message()));
     base = std::move(*d);
+  } else if (cfg.kind == "remote") {
+    KVTIER_RETURN_IF_ERROR(validate_remote(cfg.name, cfg.remote));
+    nvmf::HostOptions o;
+    o.address = cfg.remote.address;
+    o.port = cfg.remote.port;
+    o.subnqn = cfg.remote.nqn;
+    o.hostnqn = cfg.remote.hostnqn;
+    o.nsid = cfg.remote.nsid;
+    o.io_queues = cfg.remote.io_queues;
+    o.hdgst = cfg.remote.hdgst;
+    o.ddgst = cfg.remote.ddgst;
+    o.reconnect_delay = std::chrono::milliseconds(cfg.remote.reconnect_delay_ms);
+    o.ctrl_loss_tmo = std::chrono::milliseconds(cfg.remote.ctrl_loss_tmo_ms);
+    o.fast_io_fail_tmo = std::chrono::milliseconds(cfg.remote.fast_io_fail_tmo_ms);
+    auto d = nvmf::NvmeTcpDevice::connect(o);
+    if (!d.ok()) {
+      return Status(d.status().code(),
+                    fmt::format("{}:{} {}: {}", cfg.remote.address, cfg.remote.port, cfg.remote.nqn,
+                                d.status().message()));
+    }
+    v->remote = std::shared_ptr<nvmf::NvmeTcpDevice>(std::move(*d));
+    base = v->remote;
   } else if (cfg.kind == "mem") {
     if (cfg.size_bytes < 4096 || cfg.size_bytes > (64ull << 30)) {
       return Status::invalid_argument("a RAM volume holds 4 KiB to 64 GiB");
@@ -256,6 +278,43 @@ Result<v1::Volume> BlockDaemon::create_mem(const v1::CreateMemRequest& r) {
   KVTIER_RETURN_IF_ERROR(instantiate_locked(c, true));
   KVTIER_RETURN_IF_ERROR(persist_locked());
   return describe_locked(*volumes_.at(c.name));
+}
+
+Result<v1::Volume> BlockDaemon::create_remote(const v1::CreateRemoteRequest& r) {
+  std::lock_guard lk(mu_);
+  KVTIER_RETURN_IF_ERROR(check_new_name_locked(r.name()));
+  VolumeConfig c;
+  c.name = r.name();
+  c.kind = "remote";
+  c.remote.address = r.address();
+  c.remote.port = static_cast<uint16_t>(r.port() ? r.port() : 4420);
+  if (r.port() > 65535) return Status::invalid_argument("port must be 1..65535");
+  c.remote.nqn = r.nqn();
+  if (!r.hostnqn().empty()) c.remote.hostnqn = r.hostnqn();
+  if (r.nsid()) c.remote.nsid = r.nsid();
+  if (r.io_queues()) c.remote.io_queues = r.io_queues();
+  c.remote.hdgst = r.hdgst();
+  c.remote.ddgst = r.ddgst();
+  if (r.reconnect_delay_ms()) c.remote.reconnect_delay_ms = r.reconnect_delay_ms();
+  if (r.ctrl_loss_tmo_ms()) c.remote.ctrl_loss_tmo_ms = r.ctrl_loss_tmo_ms();
+  if (r.fast_io_fail_tmo_ms()) c.remote.fast_io_fail_tmo_ms = r.fast_io_fail_tmo_ms();
+  for (const auto& [n, v] : volumes_) {
+    if (v->cfg.kind == "remote" && v->cfg.remote.address == c.remote.address &&
+        v->cfg.remote.port == c.remote.port && v->cfg.remote.nqn == c.remote.nqn &&
+        v->cfg.remote.nsid == c.remote.nsid) {
+      return Status::already_exists(fmt::format("that namespace is already volume '{}'", n));
+    }
+  }
+  KVTIER_RETURN_IF_ERROR(instantiate_locked(c, true));
+  KVTIER_RETURN_IF_ERROR(persist_locked());
+  return describe_locked(*volumes_.at(c.name));
+}
+
+void BlockDaemon::refresh_remote_state(const Volume& v) {
+  if (!v.remote || !v.health) return;
+  const bool down = !v.remote->connected();
+  const bool marked = v.health->state() == blk::HealthState::kReconnecting;
+  if (down != marked) v.health->set_reconnecting(down);
 }
 
 Result<v1::Volume> BlockDaemon::create_array(const v1::CreateArrayRequest& r) {
@@ -410,6 +469,12 @@ v1::Volume BlockDaemon::describe_locked(const Volume& v) const {
   o.set_offset_bytes(v.cfg.offset_bytes);
   o.set_used_by(v.used_by);
   qos_to_proto(v.cfg.qos, o.mutable_qos());
+  if (v.cfg.kind == "remote") {
+    o.set_remote(fmt::format("{}:{} {} nsid {}", v.cfg.remote.address, v.cfg.remote.port,
+                             v.cfg.remote.nqn, v.cfg.remote.nsid));
+    if (v.remote) o.set_reconnects(v.remote->reconnects());
+    refresh_remote_state(v);
+  }
   if (!v.error.empty()) {
     o.set_state("unavailable: " + v.error);
     for (size_t i = 0; i < v.cfg.members.size(); ++i) {
@@ -664,6 +729,7 @@ std::string BlockDaemon::render_metrics() const {
   family("kvtier_blockd_volume_up", "gauge", "1 when the volume is usable (online or degraded)");
   for (const auto& n : order_) {
     const Volume& v = *volumes_.at(n);
+    refresh_remote_state(v);
     bool up = v.error.empty();
     if (up && v.raid) up = v.raid->status().state != blk::ArrayState::kFailed;
     if (up && !v.raid) {
@@ -673,6 +739,21 @@ std::string BlockDaemon::render_metrics() const {
     out += fmt::format("kvtier_blockd_volume_up{{volume=\"{}\",kind=\"{}\"}} {}\n", prom_escape(n),
                        v.cfg.kind, up ? 1 : 0);
   }
+  auto each_remote = [&](const char* name, auto value_of) {
+    for (const auto& n : order_) {
+      const Volume& v = *volumes_.at(n);
+      if (v.remote)
+        out += fmt::format("{}{{volume=\"{}\"}} {}\n", name, prom_escape(n), value_of(v));
+    }
+  };
+  family("kvtier_blockd_remote_connected", "gauge",
+         "Remote volumes: 1 while the NVMe/TCP connection is up, 0 while reconnecting");
+  each_remote("kvtier_blockd_remote_connected",
+              [](const Volume& v) { return v.remote->connected() ? 1 : 0; });
+  family("kvtier_blockd_remote_reconnects_total", "counter",
+         "Remote volumes: connections re-established after a loss");
+  each_remote("kvtier_blockd_remote_reconnects_total",
+              [](const Volume& v) { return v.remote->reconnects(); });
   family("kvtier_blockd_volume_capacity_bytes", "gauge", "Usable bytes");
   each("kvtier_blockd_volume_capacity_bytes", [](const Volume& v) { return v.qos->capacity(); });
   family("kvtier_blockd_volume_reads_total", "counter", "Completed reads");

@@ -1,14 +1,12 @@
 // BlockDaemon: the state of kvtier-blockd. It owns every volume (files, RAM
-// volumes, RAID arrays, partitions), each behind a HealthDevice (latency,
-// errors, state) and a QosDevice (limits that can change at any time), and
-// keeps the persisted config in step: every change is applied, then the whole
-// config is saved atomically; at start the config is replayed in order
-// (files opened, redundant arrays assembled from their superblocks, RAID0
-// and partitions recreated). A volume that cannot be restored stays listed
-// with its error instead of stopping the daemon. NVMe/TCP exports (one NVM
-// subsystem per export, namespace 1 = a volume, its own listener) are part of
-// the same config and restored after the volumes; a volume with an export
-// cannot be deleted or built upon.
+// volumes, remote NVMe/TCP namespaces, RAID arrays, partitions), each behind a HealthDevice
+// (latency, errors, state) and a QosDevice (limits that can change at any time), and keeps the
+// persisted config in step: every change is applied, then the whole config is saved atomically; at
+// start the config is replayed in order (files opened, redundant arrays assembled from their
+// superblocks, RAID0 and partitions recreated). A volume that cannot be restored stays listed with
+// its error instead of stopping the daemon. NVMe/TCP exports (one NVM subsystem per export,
+// namespace 1 = a volume, its own listener) are part of the same config and restored after the
+// volumes; a volume with an export cannot be deleted or built upon.
 //
 // Threads: management calls take one mutex (they are rare); data calls
 // (read/write) look up the volume under it and do their I/O outside it.
@@ -28,6 +26,7 @@
 #include "blockd.pb.h"
 #include "blockd/config.h"
 #include "common/status.h"
+#include "nvmf/host_device.h"
 #include "nvmf/target.h"
 
 namespace kvtier::blockd {
@@ -40,6 +39,7 @@ class BlockDaemon {
 
   Result<v1::Volume> create_file(const v1::CreateFileRequest& r);
   Result<v1::Volume> create_mem(const v1::CreateMemRequest& r);
+  Result<v1::Volume> create_remote(const v1::CreateRemoteRequest& r);
   Result<v1::Volume> create_array(const v1::CreateArrayRequest& r);
   Result<v1::Volume> create_partition(const v1::CreatePartitionRequest& r);
   Result<v1::Volume> remove(const std::string& name);
@@ -64,6 +64,7 @@ class BlockDaemon {
   struct Volume {
     VolumeConfig cfg;
     std::shared_ptr<blk::BlockDevice> base;
+    std::shared_ptr<nvmf::NvmeTcpDevice> remote;  // remote volumes: the host device
     std::shared_ptr<blk::RaidArray> raid;
     std::shared_ptr<blk::HealthDevice> health;
     std::shared_ptr<blk::QosDevice> qos;  // the device everything above uses
@@ -90,6 +91,9 @@ class BlockDaemon {
   Result<Volume*> find_locked(const std::string& name);
   Result<const Volume*> find_locked(const std::string& name) const;
   v1::Volume describe_locked(const Volume& v) const;
+  // Remote volumes: mirrors the host's connection state into the volume's
+  // health (reconnecting while the connection is down).
+  static void refresh_remote_state(const Volume& v);
   Result<std::shared_ptr<blk::BlockDevice>> data_device(const std::string& name) const;
   // Starts the target of `cfg` (its volume must be usable); on success the
   // export is recorded with the port actually bound.

@@ -65,6 +65,11 @@ class Service final : public v1::BlockDaemon::Service {
     if (auto st = check(ctx); !st.ok()) return st;
     return reply(d_.create_mem(*r), out);
   }
+  grpc::Status CreateRemote(grpc::ServerContext* ctx, const v1::CreateRemoteRequest* r,
+                            v1::Volume* out) override {
+    if (auto st = check(ctx); !st.ok()) return st;
+    return reply(d_.create_remote(*r), out);
+  }
   grpc::Status CreateArray(grpc::ServerContext* ctx, const v1::CreateArrayRequest* r,
                            v1::Volume* out) override {
     if (auto st = check(ctx); !st.ok()) return st;

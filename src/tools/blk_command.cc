@@ -6,6 +6,7 @@
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -112,6 +113,9 @@ void print_volume(const v1::Volume& v) {
                            v.name(), v.kind(), v.state(), human_bytes(v.capacity_bytes()),
                            v.capacity_bytes());
   if (!v.path().empty()) std::cout << "path      " << v.path() << "\n";
+  if (!v.remote().empty()) {
+    std::cout << fmt::format("remote    {} ({} reconnects)\n", v.remote(), v.reconnects());
+  }
   if (!v.parent().empty()) {
     std::cout << fmt::format("parent    {} at offset {}\n", v.parent(), v.offset_bytes());
   }
@@ -231,6 +235,62 @@ void add_blk_commands(CLI::App& root) {
     set_deadline(ctx, *c);
     v1::Volume v;
     std::exit(print_reply(*c, stub(*c)->CreateMem(&ctx, r, &v), v));
+  });
+
+  struct RemoteArgs {
+    std::string address = "127.0.0.1", nqn, hostnqn = "nqn.2024-01.io.kvtier:blockd";
+    uint32_t port = 4420, nsid = 1, io_queues = 1;
+    bool hdgst = false, ddgst = false;
+    double reconnect_delay_s = 1, ctrl_loss_tmo_s = 600, fast_io_fail_tmo_s = 5;
+  };
+  auto ra = std::make_shared<RemoteArgs>();
+  auto* crm = blk->add_subcommand(
+      "create-remote",
+      "Add a namespace of a remote NVMe/TCP target as a volume (kvtier's host: keep-alive, and "
+      "on a lost connection the Linux host's reconnect semantics)");
+  crm->add_option("name", c->name, "Volume name")->required();
+  crm->add_option("--address", ra->address, "Target IPv4 address")->capture_default_str();
+  crm->add_option("--port", ra->port, "Target port")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65535));
+  crm->add_option("--nqn", ra->nqn, "Subsystem NQN")->required();
+  crm->add_option("--hostnqn", ra->hostnqn, "Host NQN sent in Connect (the target's allow-list)")
+      ->capture_default_str();
+  crm->add_option("--nsid", ra->nsid, "Namespace ID")->capture_default_str();
+  crm->add_option("--io-queues", ra->io_queues, "I/O queues (TCP connections)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  crm->add_flag("--hdgst", ra->hdgst, "Header digests (CRC32C)");
+  crm->add_flag("--ddgst", ra->ddgst, "Data digests (CRC32C)");
+  crm->add_option("--reconnect-delay", ra->reconnect_delay_s, "Seconds between reconnect attempts")
+      ->capture_default_str();
+  crm->add_option("--ctrl-loss-tmo", ra->ctrl_loss_tmo_s,
+                  "Seconds to keep trying before the volume fails (negative: forever)")
+      ->capture_default_str();
+  crm->add_option("--fast-io-fail-tmo", ra->fast_io_fail_tmo_s,
+                  "Seconds after a loss before I/O fails instead of waiting (negative: never)")
+      ->capture_default_str();
+  add_common(crm, c.get());
+  crm->callback([c, ra] {
+    auto ms = [](double s) { return static_cast<int64_t>(s * 1000); };
+    v1::CreateRemoteRequest r;
+    r.set_name(c->name);
+    r.set_address(ra->address);
+    r.set_port(ra->port);
+    r.set_nqn(ra->nqn);
+    r.set_hostnqn(ra->hostnqn);
+    r.set_nsid(ra->nsid);
+    r.set_io_queues(ra->io_queues);
+    r.set_hdgst(ra->hdgst);
+    r.set_ddgst(ra->ddgst);
+    r.set_reconnect_delay_ms(std::max<int64_t>(1, ms(ra->reconnect_delay_s)));
+    // 0 means "default" on the wire, so an explicit 0 s is sent as 1 ms.
+    r.set_ctrl_loss_tmo_ms(ms(ra->ctrl_loss_tmo_s) == 0 ? 1 : ms(ra->ctrl_loss_tmo_s));
+    r.set_fast_io_fail_tmo_ms(ms(ra->fast_io_fail_tmo_s) == 0 ? 1 : ms(ra->fast_io_fail_tmo_s));
+    grpc::ClientContext ctx;
+    set_deadline(ctx, *c);
+    v1::Volume v;
+    std::exit(print_reply(*c, stub(*c)->CreateRemote(&ctx, r, &v), v));
   });
 
   auto* ca = blk->add_subcommand("create-array", "Build a RAID array from unused volumes");

@@ -4,7 +4,10 @@
 // volumes, arrays, partitions, QoS and data; malformed requests are refused
 // with clear errors; /metrics shows every volume. NVMe/TCP exports are
 // created through the CLI and read and written with kvtier's own NVMe/TCP
-// host (NvmeTcpDevice), across a SIGKILL and restart of the daemon.
+// host (NvmeTcpDevice), across a SIGKILL and restart of the daemon. A second
+// daemon's export is consumed as a remote volume and mirrored with a local
+// file; that daemon is SIGKILLed (the array keeps serving, the remote volume
+// says reconnecting) and restarted (the remote volume reconnects by itself).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -423,6 +426,103 @@ TEST_F(BlockdTest, NvmeTcpExportServesAVolumeAndSurvivesKillAndRestart) {
   r = cli(d_, "export list --json");
   EXPECT_EQ(r.out.find(kExportNqn), std::string::npos) << r.out;
   EXPECT_EQ(cli(d_, "delete f0").code, 0);
+}
+
+// Polls `show NAME --json` until its output contains `needle` or `seconds` pass.
+std::string wait_for_show(const Daemon& d, const std::string& name, const std::string& needle,
+                          double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  std::string last;
+  while (std::chrono::steady_clock::now() < end) {
+    last = cli(d, "show " + name + " --json").out;
+    if (last.find(needle) != std::string::npos) return last;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return last;
+}
+
+TEST_F(BlockdTest, RemoteNvmeTcpMemberReconnectsAfterItsTargetRestarts) {
+  constexpr const char* kRemoteNqn = "nqn.2024-01.io.kvtier:shared-tier-0";
+  // The storage node: a second daemon exporting a file volume to this daemon's host NQN.
+  const fs::path node_dir = dir_ / "node";
+  fs::create_directories(node_dir);
+  Daemon node = start_daemon(node_dir / "blockd.json");
+  ASSERT_GT(node.grpc_port, 0);
+  auto r = cli(node, "create-file t0 --path " + (node_dir / "t0").string() + " --size-mib 16");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const int port = free_port();
+  r = cli(node, std::string("export create ") + kRemoteNqn + " --volume t0 --port " +
+                    std::to_string(port) + " --allow-host nqn.2024-01.io.kvtier:blockd");
+  ASSERT_EQ(r.code, 0) << r.err;
+
+  // Bad remote requests are refused clearly and leave nothing behind.
+  r = cli(d_, "create-remote bad --nqn not-an-nqn --port " + std::to_string(port));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("is not a subsystem NQN"), std::string::npos) << r.err;
+  r = cli(d_, std::string("create-remote bad --nqn ") + kRemoteNqn +
+                  " --hostnqn nqn.2024-01.io.kvtier:stranger --port " + std::to_string(port));
+  EXPECT_EQ(r.code, 1) << "a host NQN the target does not allow";
+  EXPECT_EQ(cli(d_, "show bad").code, 1);
+
+  // This daemon: a local file mirrored with the remote namespace.
+  make_files(1, 16);
+  if (HasFatalFailure()) return;
+  r = cli(d_, std::string("create-remote r0 --nqn ") + kRemoteNqn + " --port " +
+                  std::to_string(port) + " --reconnect-delay 0.2 --fast-io-fail-tmo 1 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"kind\": \"remote\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"state\": \"online\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"capacity_bytes\": \"16777216\""), std::string::npos) << r.out;
+  r = cli(d_, "create-array m --level raid1 --member f0 --member r0");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string a = random_bytes(1 << 20, 11);
+  write_data("m", 0, a);
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(read_data("m", 0, a.size()), a);
+
+  // The storage node dies: the remote volume reconnects in the background, the
+  // mirror keeps serving reads and takes writes on its local member.
+  stop_daemon(node, SIGKILL);
+  EXPECT_NE(wait_for_show(d_, "r0", "\"reconnecting\"", 10).find("\"reconnecting\""),
+            std::string::npos);
+  const std::string b = random_bytes(1 << 20, 12);
+  const auto t0 = std::chrono::steady_clock::now();
+  write_data("m", 1 << 20, b);
+  if (HasFatalFailure()) return;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10))
+      << "a write to the mirror waited on the dead member past fast_io_fail_tmo";
+  EXPECT_EQ(read_data("m", 0, a.size()), a);
+  EXPECT_EQ(read_data("m", 1 << 20, b.size()), b);
+  EXPECT_NE(cli(d_, "show m --json").out.find("\"degraded\""), std::string::npos);
+  std::string body = http_get(d_.metrics_port, "/metrics");
+  EXPECT_NE(body.find("kvtier_blockd_remote_connected{volume=\"r0\"} 0"), std::string::npos)
+      << body;
+
+  // The node comes back on the same port: the host reconnects by itself.
+  node = start_daemon(node_dir / "blockd.json");
+  ASSERT_GT(node.grpc_port, 0);
+  const std::string shown = wait_for_show(d_, "r0", "\"reconnects\": \"1\"", 15);
+  EXPECT_NE(shown.find("\"reconnects\": \"1\""), std::string::npos) << shown;
+  EXPECT_EQ(shown.find("\"reconnecting\""), std::string::npos) << shown;
+  body = http_get(d_.metrics_port, "/metrics");
+  EXPECT_NE(body.find("kvtier_blockd_remote_connected{volume=\"r0\"} 1"), std::string::npos)
+      << body;
+  EXPECT_NE(body.find("kvtier_blockd_remote_reconnects_total{volume=\"r0\"} 1"), std::string::npos)
+      << body;
+
+  // This daemon restarts: the remote volume is restored from the config and
+  // the mirror still returns both writes.
+  stop_daemon(d_, SIGKILL);
+  d_ = start_daemon(config_);
+  r = cli(d_, "show r0 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"state\": \"online\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(kRemoteNqn), std::string::npos) << r.out;
+  EXPECT_EQ(read_data("m", 0, a.size()), a);
+  EXPECT_EQ(read_data("m", 1 << 20, b.size()), b);
+  stop_daemon(d_, SIGTERM);  // before its target, so its host does not wait on reconnects
+  d_ = start_daemon(config_);
+  stop_daemon(node, SIGTERM);
 }
 
 }  // namespace
