@@ -622,7 +622,8 @@ void DiskTier::write_entry(std::byte* dst, const EntryHeader& h, ByteView payloa
   // last page are padded with zeros.
   std::memcpy(dst, &h, sizeof(h));
   std::memset(dst + sizeof(h), 0, kPayloadOffset - sizeof(h));
-  std::memcpy(dst + kPayloadOffset, payload.data(), payload.size());
+  // A tombstone has no payload (and its view may hold no pointer at all).
+  if (!payload.empty()) std::memcpy(dst + kPayloadOffset, payload.data(), payload.size());
   const uint64_t used = kPayloadOffset + payload.size();
   std::memset(dst + used, 0, entry_bytes(payload.size()) - used);
 }

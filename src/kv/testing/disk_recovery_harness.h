@@ -20,7 +20,10 @@
 //     one: the format guards against accidents, not against an adversary who
 //     can write the volume, so its bytes are acceptable, and nothing else is.
 //   * the overlay is empty and a block that was on the volume is not found
-//     (recovery must lose nothing from an intact image).
+//     (recovery must lose nothing from an intact image), or a block that was
+//     removed before the image was taken is found (its tombstone was flushed,
+//     so the remove is durable and must survive recovery from the checkpoint
+//     and from a scan alike).
 // Crashes, sanitizer reports and hangs are findings by themselves.
 // (Inputs that hit the fixed bugs are in the corpus and must now pass.)
 // Single-threaded: the harness keeps its images and device in statics.
@@ -173,6 +176,7 @@ struct BaseImages {
   std::vector<std::byte> clean;    // after close(): checkpoint valid
   std::vector<std::byte> crashed;  // after flush(), before close(): no checkpoint
   std::vector<bool> live;          // block i was in the store at the end
+  std::vector<bool> removed;       // block i was removed (a tombstone was written)
   uint64_t checkpoint_capacity = 0;
   uint64_t data_offset = 0;
 };
@@ -212,6 +216,18 @@ inline const BaseImages& base_images() {
         check_ok(r.status(), "base: get");
         made += r->hit;
       }
+    }
+    // Remove some live blocks (not the hot ones): their tombstones go into
+    // the log, and the entries they cancel stay on the volume before them.
+    b.removed.assign(kBaseBlocks, false);
+    for (uint32_t i = kHotBlocks; i < kBaseBlocks; ++i) {
+      if (i % 11 != 7) continue;
+      auto r = store->remove(*ns, test_key(i));
+      check_ok(r.status(), "base: remove");
+      b.removed[i] = *r;
+    }
+    if (std::count(b.removed.begin(), b.removed.end(), true) < 3) {
+      finding("base: fewer than 3 live blocks removed", 0);
     }
     b.live.resize(kBaseBlocks);
     for (uint32_t i = 0; i < kBaseBlocks; ++i) {
@@ -394,6 +410,12 @@ inline int disk_recovery_fuzz_one(const uint8_t* data, size_t size) {
       // Intact image: every block that was stored must be found.
       if (hits < chain.size() || m->blocks != chain.size()) {
         finding("blocks lost by recovery of an intact image", hits);
+      }
+      for (uint32_t i = 0; i < kBaseBlocks; ++i) {
+        if (!base.removed[i]) continue;
+        auto r = store->get(*ns, test_key(i), buf.view());
+        check_ok(r.status(), "get");
+        if (r->hit) finding("a removed block came back after recovery of an intact image", i);
       }
     }
     if (round == 0) {
