@@ -248,6 +248,12 @@ Result<const BlockDaemon::Volume*> BlockDaemon::find_locked(const std::string& n
   return static_cast<const Volume*>(it->second.get());
 }
 
+Result<v1::Volume> BlockDaemon::add_volume_locked(const VolumeConfig& c) {
+  KVTIER_RETURN_IF_ERROR(instantiate_locked(c, /*format=*/true));
+  KVTIER_RETURN_IF_ERROR(persist_locked());
+  return describe_locked(*volumes_.at(c.name));
+}
+
 Result<v1::Volume> BlockDaemon::create_file(const v1::CreateFileRequest& r) {
   std::lock_guard lk(mu_);
   KVTIER_RETURN_IF_ERROR(check_new_name_locked(r.name()));
@@ -263,9 +269,7 @@ Result<v1::Volume> BlockDaemon::create_file(const v1::CreateFileRequest& r) {
       return Status::already_exists(fmt::format("'{}' is already volume '{}'", c.path, n));
     }
   }
-  KVTIER_RETURN_IF_ERROR(instantiate_locked(c, true));
-  KVTIER_RETURN_IF_ERROR(persist_locked());
-  return describe_locked(*volumes_.at(c.name));
+  return add_volume_locked(c);
 }
 
 Result<v1::Volume> BlockDaemon::create_mem(const v1::CreateMemRequest& r) {
@@ -275,9 +279,7 @@ Result<v1::Volume> BlockDaemon::create_mem(const v1::CreateMemRequest& r) {
   c.name = r.name();
   c.kind = "mem";
   c.size_bytes = r.size_bytes() / 4096 * 4096;
-  KVTIER_RETURN_IF_ERROR(instantiate_locked(c, true));
-  KVTIER_RETURN_IF_ERROR(persist_locked());
-  return describe_locked(*volumes_.at(c.name));
+  return add_volume_locked(c);
 }
 
 Result<v1::Volume> BlockDaemon::create_remote(const v1::CreateRemoteRequest& r) {
@@ -305,9 +307,7 @@ Result<v1::Volume> BlockDaemon::create_remote(const v1::CreateRemoteRequest& r) 
       return Status::already_exists(fmt::format("that namespace is already volume '{}'", n));
     }
   }
-  KVTIER_RETURN_IF_ERROR(instantiate_locked(c, true));
-  KVTIER_RETURN_IF_ERROR(persist_locked());
-  return describe_locked(*volumes_.at(c.name));
+  return add_volume_locked(c);
 }
 
 void BlockDaemon::refresh_remote_state(const Volume& v) {
@@ -338,9 +338,7 @@ Result<v1::Volume> BlockDaemon::create_array(const v1::CreateArrayRequest& r) {
     if (!mv.ok()) return mv.status();
     if (!(*mv)->error.empty()) return Status::unavailable(fmt::format("'{}' is unavailable", m));
   }
-  KVTIER_RETURN_IF_ERROR(instantiate_locked(c, true));
-  KVTIER_RETURN_IF_ERROR(persist_locked());
-  return describe_locked(*volumes_.at(c.name));
+  return add_volume_locked(c);
 }
 
 Result<v1::Volume> BlockDaemon::create_partition(const v1::CreatePartitionRequest& r) {
@@ -352,9 +350,7 @@ Result<v1::Volume> BlockDaemon::create_partition(const v1::CreatePartitionReques
   c.parent = r.parent();
   c.offset_bytes = r.offset_bytes();
   c.length_bytes = r.length_bytes();
-  KVTIER_RETURN_IF_ERROR(instantiate_locked(c, true));
-  KVTIER_RETURN_IF_ERROR(persist_locked());
-  return describe_locked(*volumes_.at(c.name));
+  return add_volume_locked(c);
 }
 
 Result<v1::Volume> BlockDaemon::remove(const std::string& name) {

@@ -86,6 +86,8 @@ class BlockDaemon {
   // Builds the device stack of `cfg` (format = false: assemble arrays).
   Status instantiate_locked(const VolumeConfig& cfg, bool format);
   void add_restored_locked(const VolumeConfig& cfg);
+  // A new volume from the API: built (arrays formatted), persisted, described.
+  Result<v1::Volume> add_volume_locked(const VolumeConfig& c);
   Status persist_locked();
   Status check_new_name_locked(const std::string& name) const;
   Result<Volume*> find_locked(const std::string& name);
