@@ -15,6 +15,7 @@
 //  - Thread-safety: submit from any thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -36,6 +37,19 @@ struct DeviceStats {
   uint64_t bytes_read = 0;
   uint64_t bytes_written = 0;
   uint64_t errors = 0;
+};
+
+// The counters behind DeviceStats for a device that counts its own requests.
+// Relaxed atomics: bumped from any completion thread, read for reporting.
+struct DeviceCounters {
+  std::atomic<uint64_t> reads{0}, writes{0}, flushes{0}, trims{0};
+  std::atomic<uint64_t> bytes_read{0}, bytes_written{0}, errors{0};
+
+  DeviceStats snapshot() const {
+    constexpr auto r = std::memory_order_relaxed;
+    return DeviceStats{reads.load(r),      writes.load(r),        flushes.load(r), trims.load(r),
+                       bytes_read.load(r), bytes_written.load(r), errors.load(r)};
+  }
 };
 
 class BlockDevice {

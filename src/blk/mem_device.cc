@@ -18,56 +18,46 @@ MemDevice::MemDevice(uint64_t capacity, uint32_t block_size, uint32_t buffer_ali
 void MemDevice::read(uint64_t offset, MutableByteView dst, IoCallback cb) {
   Status st = check_io(offset, dst.size(), dst.data());
   if (!st.ok()) {
-    errors_.fetch_add(1, kRelaxed);
+    io_.errors.fetch_add(1, kRelaxed);
     cb(std::move(st));
     return;
   }
   std::memcpy(dst.data(), storage_.data() + offset, dst.size());
-  reads_.fetch_add(1, kRelaxed);
-  bytes_read_.fetch_add(dst.size(), kRelaxed);
+  io_.reads.fetch_add(1, kRelaxed);
+  io_.bytes_read.fetch_add(dst.size(), kRelaxed);
   cb(Status::ok_status());
 }
 
 void MemDevice::write(uint64_t offset, ByteView src, IoCallback cb) {
   Status st = check_io(offset, src.size(), src.data());
   if (!st.ok()) {
-    errors_.fetch_add(1, kRelaxed);
+    io_.errors.fetch_add(1, kRelaxed);
     cb(std::move(st));
     return;
   }
   std::memcpy(storage_.data() + offset, src.data(), src.size());
-  writes_.fetch_add(1, kRelaxed);
-  bytes_written_.fetch_add(src.size(), kRelaxed);
+  io_.writes.fetch_add(1, kRelaxed);
+  io_.bytes_written.fetch_add(src.size(), kRelaxed);
   cb(Status::ok_status());
 }
 
 void MemDevice::flush(IoCallback cb) {
-  flushes_.fetch_add(1, kRelaxed);
+  io_.flushes.fetch_add(1, kRelaxed);
   cb(Status::ok_status());
 }
 
 void MemDevice::trim(uint64_t offset, uint64_t length, IoCallback cb) {
   Status st = check_io(offset, length, nullptr);
   if (!st.ok()) {
-    errors_.fetch_add(1, kRelaxed);
+    io_.errors.fetch_add(1, kRelaxed);
     cb(std::move(st));
     return;
   }
   std::memset(storage_.data() + offset, 0, length);
-  trims_.fetch_add(1, kRelaxed);
+  io_.trims.fetch_add(1, kRelaxed);
   cb(Status::ok_status());
 }
 
-DeviceStats MemDevice::stats() const {
-  DeviceStats s;
-  s.reads = reads_.load(kRelaxed);
-  s.writes = writes_.load(kRelaxed);
-  s.flushes = flushes_.load(kRelaxed);
-  s.trims = trims_.load(kRelaxed);
-  s.bytes_read = bytes_read_.load(kRelaxed);
-  s.bytes_written = bytes_written_.load(kRelaxed);
-  s.errors = errors_.load(kRelaxed);
-  return s;
-}
+DeviceStats MemDevice::stats() const { return io_.snapshot(); }
 
 }  // namespace kvtier::blk

@@ -31,17 +31,17 @@ Result<std::unique_ptr<Partition>> Partition::create(std::shared_ptr<BlockDevice
 IoCallback Partition::count(IoCallback cb, int op, uint64_t bytes) {
   return [this, cb = std::move(cb), op, bytes](Status st) {
     if (!st.ok()) {
-      errors_.fetch_add(1, kRelaxed);
+      io_.errors.fetch_add(1, kRelaxed);
     } else if (op == 0) {
-      reads_.fetch_add(1, kRelaxed);
-      bytes_read_.fetch_add(bytes, kRelaxed);
+      io_.reads.fetch_add(1, kRelaxed);
+      io_.bytes_read.fetch_add(bytes, kRelaxed);
     } else if (op == 1) {
-      writes_.fetch_add(1, kRelaxed);
-      bytes_written_.fetch_add(bytes, kRelaxed);
+      io_.writes.fetch_add(1, kRelaxed);
+      io_.bytes_written.fetch_add(bytes, kRelaxed);
     } else if (op == 2) {
-      flushes_.fetch_add(1, kRelaxed);
+      io_.flushes.fetch_add(1, kRelaxed);
     } else {
-      trims_.fetch_add(1, kRelaxed);
+      io_.trims.fetch_add(1, kRelaxed);
     }
     cb(std::move(st));
   };
@@ -80,16 +80,6 @@ void Partition::trim(uint64_t offset, uint64_t length, IoCallback cb) {
   inner_->trim(offset_ + offset, length, count(std::move(cb), 3, length));
 }
 
-DeviceStats Partition::stats() const {
-  DeviceStats s;
-  s.reads = reads_.load(kRelaxed);
-  s.writes = writes_.load(kRelaxed);
-  s.flushes = flushes_.load(kRelaxed);
-  s.trims = trims_.load(kRelaxed);
-  s.bytes_read = bytes_read_.load(kRelaxed);
-  s.bytes_written = bytes_written_.load(kRelaxed);
-  s.errors = errors_.load(kRelaxed);
-  return s;
-}
+DeviceStats Partition::stats() const { return io_.snapshot(); }
 
 }  // namespace kvtier::blk

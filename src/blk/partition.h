@@ -46,8 +46,7 @@ class Partition : public BlockDevice {
   const uint64_t offset_;
   const uint64_t length_;
   const std::string name_;
-  std::atomic<uint64_t> reads_{0}, writes_{0}, flushes_{0}, trims_{0};
-  std::atomic<uint64_t> bytes_read_{0}, bytes_written_{0}, errors_{0};
+  DeviceCounters io_;  // what stats() reports
 };
 
 }  // namespace kvtier::blk

@@ -102,7 +102,7 @@ Raid0::Location Raid0::locate(uint64_t offset) const {
 }
 
 void Raid0::fail_inline(IoCallback& cb, Status st) {
-  errors_.fetch_add(1, kRelaxed);
+  io_.errors.fetch_add(1, kRelaxed);
   cb(std::move(st));
 }
 
@@ -136,23 +136,23 @@ void Raid0::piece_done(Parent* p, Status st) {
 
 void Raid0::finish(Op op, uint64_t bytes, bool ok) {
   if (!ok) {
-    errors_.fetch_add(1, kRelaxed);
+    io_.errors.fetch_add(1, kRelaxed);
     return;
   }
   switch (op) {
     case Op::kRead:
-      reads_.fetch_add(1, kRelaxed);
-      bytes_read_.fetch_add(bytes, kRelaxed);
+      io_.reads.fetch_add(1, kRelaxed);
+      io_.bytes_read.fetch_add(bytes, kRelaxed);
       break;
     case Op::kWrite:
-      writes_.fetch_add(1, kRelaxed);
-      bytes_written_.fetch_add(bytes, kRelaxed);
+      io_.writes.fetch_add(1, kRelaxed);
+      io_.bytes_written.fetch_add(bytes, kRelaxed);
       break;
     case Op::kFlush:
-      flushes_.fetch_add(1, kRelaxed);
+      io_.flushes.fetch_add(1, kRelaxed);
       break;
     case Op::kTrim:
-      trims_.fetch_add(1, kRelaxed);
+      io_.trims.fetch_add(1, kRelaxed);
       break;
   }
 }
@@ -232,16 +232,6 @@ void Raid0::trim(uint64_t offset, uint64_t length, IoCallback cb) {
   piece_done(p, Status::ok_status());
 }
 
-DeviceStats Raid0::stats() const {
-  DeviceStats s;
-  s.reads = reads_.load(kRelaxed);
-  s.writes = writes_.load(kRelaxed);
-  s.flushes = flushes_.load(kRelaxed);
-  s.trims = trims_.load(kRelaxed);
-  s.bytes_read = bytes_read_.load(kRelaxed);
-  s.bytes_written = bytes_written_.load(kRelaxed);
-  s.errors = errors_.load(kRelaxed);
-  return s;
-}
+DeviceStats Raid0::stats() const { return io_.snapshot(); }
 
 }  // namespace kvtier::blk

@@ -92,13 +92,7 @@ class Raid0 : public BlockDevice {
   std::mutex idle_mu_;
   std::condition_variable idle_cv_;
 
-  std::atomic<uint64_t> reads_{0};
-  std::atomic<uint64_t> writes_{0};
-  std::atomic<uint64_t> flushes_{0};
-  std::atomic<uint64_t> trims_{0};
-  std::atomic<uint64_t> bytes_read_{0};
-  std::atomic<uint64_t> bytes_written_{0};
-  std::atomic<uint64_t> errors_{0};
+  DeviceCounters io_;  // what stats() reports
 };
 
 }  // namespace kvtier::blk

@@ -682,30 +682,30 @@ bool RaidArray::run_batch(View& view, std::vector<MemberIo>& ios) {
 
 void RaidArray::finish(bool ok, int op, uint64_t bytes) {
   if (!ok) {
-    errors_.fetch_add(1, kRelaxed);
+    io_.errors.fetch_add(1, kRelaxed);
     return;
   }
   switch (op) {
     case kOpRead:
-      reads_.fetch_add(1, kRelaxed);
-      bytes_read_.fetch_add(bytes, kRelaxed);
+      io_.reads.fetch_add(1, kRelaxed);
+      io_.bytes_read.fetch_add(bytes, kRelaxed);
       break;
     case kOpWrite:
-      writes_.fetch_add(1, kRelaxed);
-      bytes_written_.fetch_add(bytes, kRelaxed);
+      io_.writes.fetch_add(1, kRelaxed);
+      io_.bytes_written.fetch_add(bytes, kRelaxed);
       break;
     case kOpFlush:
-      flushes_.fetch_add(1, kRelaxed);
+      io_.flushes.fetch_add(1, kRelaxed);
       break;
     default:
-      trims_.fetch_add(1, kRelaxed);
+      io_.trims.fetch_add(1, kRelaxed);
   }
 }
 
 void RaidArray::read(uint64_t offset, MutableByteView dst, IoCallback cb) {
   Status st = check_io(offset, dst.size(), dst.data());
   if (!st.ok()) {
-    errors_.fetch_add(1, kRelaxed);
+    io_.errors.fetch_add(1, kRelaxed);
     return cb(std::move(st));
   }
   enqueue([this, offset, dst, cb = std::move(cb)]() mutable {
@@ -718,7 +718,7 @@ void RaidArray::read(uint64_t offset, MutableByteView dst, IoCallback cb) {
 void RaidArray::write(uint64_t offset, ByteView src, IoCallback cb) {
   Status st = check_io(offset, src.size(), src.data());
   if (!st.ok()) {
-    errors_.fetch_add(1, kRelaxed);
+    io_.errors.fetch_add(1, kRelaxed);
     return cb(std::move(st));
   }
   enqueue([this, offset, src, cb = std::move(cb)]() mutable {
@@ -747,17 +747,7 @@ void RaidArray::trim(uint64_t offset, uint64_t length, IoCallback cb) {
   cb(std::move(st));
 }
 
-DeviceStats RaidArray::stats() const {
-  DeviceStats s;
-  s.reads = reads_.load(kRelaxed);
-  s.writes = writes_.load(kRelaxed);
-  s.flushes = flushes_.load(kRelaxed);
-  s.trims = trims_.load(kRelaxed);
-  s.bytes_read = bytes_read_.load(kRelaxed);
-  s.bytes_written = bytes_written_.load(kRelaxed);
-  s.errors = errors_.load(kRelaxed);
-  return s;
-}
+DeviceStats RaidArray::stats() const { return io_.snapshot(); }
 
 Status RaidArray::do_read(uint64_t offset, MutableByteView dst) {
   const uint64_t r0 = offset / row_bytes();

@@ -277,8 +277,7 @@ class RaidArray : public BlockDevice {
 
   std::atomic<uint64_t> parity_cpu_ns_{0};
   std::atomic<uint64_t> parity_bytes_{0};
-  std::atomic<uint64_t> reads_{0}, writes_{0}, flushes_{0}, trims_{0};
-  std::atomic<uint64_t> bytes_read_{0}, bytes_written_{0}, errors_{0};
+  DeviceCounters io_;  // what stats() reports
 };
 
 }  // namespace kvtier::blk

@@ -190,7 +190,7 @@ const char* UringDevice::op_name(Op op) {
 }
 
 void UringDevice::fail_inline(IoCallback& cb, Status st) {
-  errors_.fetch_add(1, kRelaxed);
+  io_.errors.fetch_add(1, kRelaxed);
   cb(std::move(st));
 }
 
@@ -245,7 +245,7 @@ void UringDevice::trim(uint64_t offset, uint64_t length, IoCallback cb) {
         cb, Status::io_error(fmt::format("{}: BLKDISCARD [{}, +{}) failed: {}", name(), offset,
                                          length, errno_text(errno))));
   }
-  trims_.fetch_add(1, kRelaxed);
+  io_.trims.fetch_add(1, kRelaxed);
   cb(Status::ok_status());
 }
 
@@ -416,23 +416,23 @@ void UringDevice::handle_cqe_locked(uint64_t user_data, int res, std::vector<Com
 void UringDevice::finish_slot_locked(uint32_t idx, Status st, std::vector<Completed>& done) {
   Slot& s = slots_[idx];
   if (!st.ok()) {
-    errors_.fetch_add(1, kRelaxed);
+    io_.errors.fetch_add(1, kRelaxed);
   } else {
     switch (s.req.op) {
       case Op::kRead:
       case Op::kReadv:
-        reads_.fetch_add(1, kRelaxed);
-        bytes_read_.fetch_add(s.total, kRelaxed);
+        io_.reads.fetch_add(1, kRelaxed);
+        io_.bytes_read.fetch_add(s.total, kRelaxed);
         break;
       case Op::kWrite:
-        writes_.fetch_add(1, kRelaxed);
-        bytes_written_.fetch_add(s.total, kRelaxed);
+        io_.writes.fetch_add(1, kRelaxed);
+        io_.bytes_written.fetch_add(s.total, kRelaxed);
         break;
       case Op::kFsync:
-        flushes_.fetch_add(1, kRelaxed);
+        io_.flushes.fetch_add(1, kRelaxed);
         break;
       case Op::kPunchHole:
-        trims_.fetch_add(1, kRelaxed);
+        io_.trims.fetch_add(1, kRelaxed);
         break;
     }
   }
@@ -548,16 +548,6 @@ Status UringDevice::unregister_buffer(int index) {
   return Status::ok_status();
 }
 
-DeviceStats UringDevice::stats() const {
-  DeviceStats s;
-  s.reads = reads_.load(kRelaxed);
-  s.writes = writes_.load(kRelaxed);
-  s.flushes = flushes_.load(kRelaxed);
-  s.trims = trims_.load(kRelaxed);
-  s.bytes_read = bytes_read_.load(kRelaxed);
-  s.bytes_written = bytes_written_.load(kRelaxed);
-  s.errors = errors_.load(kRelaxed);
-  return s;
-}
+DeviceStats UringDevice::stats() const { return io_.snapshot(); }
 
 }  // namespace kvtier::blk
