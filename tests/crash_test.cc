@@ -72,15 +72,7 @@ uint32_t block_length(uint64_t i, uint32_t max) {
   return static_cast<uint32_t>(1 + (h >> 8) % max);
 }
 
-Namespace crash_namespace() {
-  Namespace ns;
-  ns.model_id = "crash-test-model";
-  ns.model_revision = "r1";
-  ns.tokenizer_id = "tok";
-  ns.kv_dtype = "bf16";
-  ns.kv_layout = "NHD";
-  return ns;
-}
+Namespace crash_namespace() { return test_namespace("crash-test-model"); }
 
 // A directory on a filesystem that takes O_DIRECT and is not RAM-backed.
 // Empty, with `why` set, when there is none.

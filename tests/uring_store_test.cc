@@ -34,15 +34,7 @@ uint32_t length_of(uint64_t i) {
   return static_cast<uint32_t>(1 + (i * 7919) % kObj);
 }
 
-Namespace test_namespace() {
-  Namespace ns;
-  ns.model_id = "uring-store-test";
-  ns.model_revision = "r1";
-  ns.tokenizer_id = "tok";
-  ns.kv_dtype = "bf16";
-  ns.kv_layout = "NHD";
-  return ns;
-}
+Namespace uring_namespace() { return test_namespace("uring-store-test"); }
 
 // A directory on a filesystem that takes O_DIRECT and is not RAM-backed
 // (tmpfs would hide the device behaviour we want to exercise). Empty, with
@@ -122,7 +114,7 @@ class UringStoreTest : public ::testing::Test {
     auto s = Store::open(o);
     ASSERT_TRUE(s.ok()) << s.status().to_string();
     store_ = std::move(s).value();
-    auto ns = store_->register_namespace(test_namespace());
+    auto ns = store_->register_namespace(uring_namespace());
     ASSERT_TRUE(ns.ok()) << ns.status().to_string();
     ns_ = *ns;
   }

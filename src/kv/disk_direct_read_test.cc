@@ -22,15 +22,7 @@ namespace {
 
 constexpr uint32_t kObj = 64 << 10;
 
-Namespace direct_namespace() {
-  Namespace ns;
-  ns.model_id = "direct-model";
-  ns.model_revision = "r1";
-  ns.tokenizer_id = "tok";
-  ns.kv_dtype = "bf16";
-  ns.kv_layout = "NHD";
-  return ns;
-}
+Namespace direct_namespace() { return test_namespace("direct-model"); }
 
 StoreOptions direct_options(std::shared_ptr<blk::BlockDevice> volume) {
   StoreOptions o;

@@ -5,51 +5,13 @@
 #include "blk/mem_device.h"
 #include "common/crc32c.h"
 #include "kv/test_payload.h"
+#include "kv/testing/disk_tier_fixture.h"
 
 namespace kvtier::kv {
 namespace {
 
-constexpr uint32_t kPayload = 60 << 10;
-
-struct TierFixture {
-  std::shared_ptr<blk::MemDevice> dev = std::make_shared<blk::MemDevice>(8 << 20);
-  Index index{10000};
-  NamespaceTable namespaces;
-  std::unique_ptr<DiskTier> tier;
-  uint16_t ns = 0;
-
-  TierFixture() {
-    DiskTierOptions o;
-    o.region_bytes = 1 << 20;
-    o.flush_chunk_bytes = 256 << 10;
-    o.max_payload_bytes = kPayload;
-    o.read_depth = 4;
-    o.reinsert_hot = false;
-    auto t = DiskTier::open(dev, o, &index, &namespaces);
-    EXPECT_TRUE(t.ok()) << t.status().to_string();
-    tier = std::move(t).value();
-    ns = *namespaces.intern(Key128{1, 2}, true);
-  }
-  IndexRecord append(uint64_t i) {
-    AlignedBuffer b(kPayload);
-    fill_payload(test_key(i), b.view());
-    auto page = tier->append(test_key(i), ns, b.view(), crc32c(b.view()));
-    EXPECT_TRUE(page.ok());
-    IndexRecord rec;
-    rec.key = test_key(i);
-    rec.disk_page = *page;
-    rec.length = kPayload;
-    rec.ns = ns;
-    index.insert(rec);
-    return rec;
-  }
-  Status read(const IndexRecord& rec, AlignedBuffer& out) {
-    auto target = std::make_shared<ReadTarget>(out.view());
-    uint64_t deadline = now_ns() + 1000000000ull;
-    tier->read_async(rec, target, deadline);
-    return target->wait_until(deadline);
-  }
-};
+constexpr uint32_t kPayload = testing::kFixturePayload;
+using TierFixture = testing::DiskTierFixture;
 
 TEST(DiskTier, ReadsFromBufferAndFromDeviceVerify) {
   TierFixture f;

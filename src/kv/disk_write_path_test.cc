@@ -10,51 +10,22 @@
 #include "common/crc32c.h"
 #include "kv/disk_tier.h"
 #include "kv/test_payload.h"
+#include "kv/testing/disk_tier_fixture.h"
 
 namespace kvtier::kv {
 namespace {
 
-constexpr uint32_t kPayload = 60 << 10;  // entry: 64 KiB with its header page
+constexpr uint32_t kPayload = testing::kFixturePayload;  // entry: 64 KiB with its header page
 
-struct Tier {
-  std::shared_ptr<blk::MemDevice> dev;
-  Index index{10000};
-  NamespaceTable namespaces;
-  std::unique_ptr<DiskTier> tier;
-  uint16_t ns = 0;
-
-  explicit Tier(std::shared_ptr<blk::MemDevice> d) : dev(std::move(d)) {
-    DiskTierOptions o;
-    o.region_bytes = 1 << 20;
-    o.flush_chunk_bytes = 256 << 10;
-    o.max_payload_bytes = kPayload;
-    o.read_depth = 4;
-    o.reinsert_hot = false;
-    o.direct_reads = DiskTierOptions::DirectReads::kNever;
-    auto t = DiskTier::open(dev, o, &index, &namespaces);
-    EXPECT_TRUE(t.ok()) << t.status().to_string();
-    tier = std::move(t).value();
-    ns = *namespaces.intern(Key128{1, 2}, true);
-  }
-  IndexRecord append(uint64_t i) {
-    AlignedBuffer b(kPayload);
-    fill_payload(test_key(i), b.view());
-    auto page = tier->append(test_key(i), ns, b.view(), crc32c(b.view()));
-    EXPECT_TRUE(page.ok());
-    IndexRecord rec;
-    rec.key = test_key(i);
-    rec.disk_page = *page;
-    rec.length = kPayload;
-    rec.ns = ns;
-    EXPECT_EQ(index.insert(rec), Index::InsertResult::kInserted);
-    return rec;
-  }
-  Status read(const IndexRecord& rec, AlignedBuffer& out) {
-    auto target = std::make_shared<ReadTarget>(out.view());
-    uint64_t deadline = now_ns() + 1000000000ull;
-    tier->read_async(rec, target, deadline);
-    return target->wait_until(deadline);
-  }
+// Reads always go through the tier's staging path here (what is tested is
+// where the bytes come from, not how they reach the caller).
+struct Tier : testing::DiskTierFixture {
+  explicit Tier(std::shared_ptr<blk::MemDevice> d)
+      : DiskTierFixture(std::move(d), [] {
+          DiskTierOptions o = testing::fixture_tier_options();
+          o.direct_reads = DiskTierOptions::DirectReads::kNever;
+          return o;
+        }()) {}
 };
 
 TEST(DiskWritePath, OpenRegionStreamsOutInWholeChunksWhileItFills) {

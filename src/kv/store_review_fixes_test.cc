@@ -15,16 +15,6 @@ namespace {
 
 constexpr uint32_t kObj = 64 << 10;
 
-Namespace review_namespace(const std::string& model) {
-  Namespace ns;
-  ns.model_id = model;
-  ns.model_revision = "r1";
-  ns.tokenizer_id = "tok";
-  ns.kv_dtype = "bf16";
-  ns.kv_layout = "NHD";
-  return ns;
-}
-
 StoreOptions review_options(std::shared_ptr<blk::BlockDevice> volume, uint64_t ram_slots) {
   StoreOptions o;
   o.ram_bytes = ram_slots * kObj;
@@ -44,7 +34,7 @@ struct Opened {
     auto s = Store::open(o);
     EXPECT_TRUE(s.ok()) << s.status().to_string();
     store = std::move(s).value();
-    ns = *store->register_namespace(review_namespace("review-model"));
+    ns = *store->register_namespace(test_namespace("review-model"));
   }
   // Block i with `len` bytes; `variant` changes the content for the same key.
   Result<PutResult> put(uint64_t i, uint32_t len = kObj, uint64_t variant = 0, int ns_h = -1) {
@@ -92,7 +82,7 @@ TEST(StoreReviewFixes, FullIndexReclaimsTheOldestRegionInsteadOfRefusing) {
 
 TEST(StoreReviewFixes, PutOfAKeyHeldByAnotherNamespaceIsNotADedup) {
   Opened s(review_options(std::make_shared<blk::MemDevice>(32 << 20), 8));
-  const uint16_t other = *s.store->register_namespace(review_namespace("other-model"));
+  const uint16_t other = *s.store->register_namespace(test_namespace("other-model"));
   ASSERT_TRUE(s.put(1)->stored());
   auto r = s.put(1, kObj, 0, other);
   ASSERT_FALSE(r.ok());

@@ -14,16 +14,6 @@ namespace {
 
 constexpr uint32_t kObj = 64 << 10;  // small objects keep the tests fast
 
-Namespace test_namespace(const std::string& model = "test-model") {
-  Namespace ns;
-  ns.model_id = model;
-  ns.model_revision = "r1";
-  ns.tokenizer_id = "tok";
-  ns.kv_dtype = "bf16";
-  ns.kv_layout = "NHD";
-  return ns;
-}
-
 StoreOptions small_options(std::shared_ptr<blk::BlockDevice> volume, uint64_t ram_slots = 16) {
   StoreOptions o;
   o.ram_bytes = ram_slots * kObj;

@@ -4,9 +4,11 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "common/buffer.h"
 #include "kv/block_key.h"
+#include "kv/namespace.h"
 
 namespace kvtier::kv {
 
@@ -33,6 +35,18 @@ inline bool payload_matches(const Key128& key, ByteView got) {
 inline Key128 test_key(uint64_t i) {
   return Key128{0xA5A5000000000000ull ^ (i * 0x9E3779B97F4A7C15ull) ^ (i << 1 | 1),
                 i * 0xC2B2AE3D27D4EB4Full + 7};
+}
+
+// A namespace for tests: BF16 NHD KV of `model` at revision r1 ("tok"
+// tokenizer). Tests that need two namespaces pass two model names.
+inline Namespace test_namespace(const std::string& model = "test-model") {
+  Namespace ns;
+  ns.model_id = model;
+  ns.model_revision = "r1";
+  ns.tokenizer_id = "tok";
+  ns.kv_dtype = "bf16";
+  ns.kv_layout = "NHD";
+  return ns;
 }
 
 }  // namespace kvtier::kv
