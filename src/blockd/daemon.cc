@@ -52,10 +52,11 @@ std::string prom_escape(const std::string& s) {
 
 }  // namespace
 
-Result<std::unique_ptr<BlockDaemon>> BlockDaemon::open(const std::string& config_path) {
+Result<std::unique_ptr<BlockDaemon>> BlockDaemon::open(const std::string& config_path,
+                                                       blk::HealthOptions health) {
   auto cfg = load_config(config_path);
   if (!cfg.ok()) return cfg.status();
-  std::unique_ptr<BlockDaemon> d(new BlockDaemon(config_path));
+  std::unique_ptr<BlockDaemon> d(new BlockDaemon(config_path, health));
   std::lock_guard lk(d->mu_);
   for (const auto& v : cfg->volumes) d->add_restored_locked(v);
   for (const auto& e : cfg->exports) {
@@ -211,7 +212,7 @@ Status BlockDaemon::instantiate_locked(const VolumeConfig& cfg, bool format) {
     return Status::invalid_argument(fmt::format("unknown kind '{}'", cfg.kind));
   }
   v->base = base;
-  v->health = std::make_shared<blk::HealthDevice>(base);
+  v->health = std::make_shared<blk::HealthDevice>(base, health_options_);
   v->qos = std::make_shared<blk::QosDevice>(v->health, cfg.qos);
   for (const auto& m : cfg.members) volumes_[m]->used_by = cfg.name;
   if (cfg.kind == "partition") volumes_[cfg.parent]->used_by = cfg.name;

@@ -34,7 +34,9 @@ namespace kvtier::blockd {
 class BlockDaemon {
  public:
   // Loads `config_path` (missing = empty) and restores every volume in it.
-  static Result<std::unique_ptr<BlockDaemon>> open(const std::string& config_path);
+  // `health` sets every volume's error thresholds (degraded, failed).
+  static Result<std::unique_ptr<BlockDaemon>> open(const std::string& config_path,
+                                                   blk::HealthOptions health = {});
   ~BlockDaemon();
 
   Result<v1::Volume> create_file(const v1::CreateFileRequest& r);
@@ -82,7 +84,8 @@ class BlockDaemon {
     std::string error;  // set when the export could not be restored
   };
 
-  explicit BlockDaemon(std::string config_path) : config_path_(std::move(config_path)) {}
+  BlockDaemon(std::string config_path, blk::HealthOptions health)
+      : config_path_(std::move(config_path)), health_options_(health) {}
   // Builds the device stack of `cfg` (format = false: assemble arrays).
   Status instantiate_locked(const VolumeConfig& cfg, bool format);
   void add_restored_locked(const VolumeConfig& cfg);
@@ -104,6 +107,7 @@ class BlockDaemon {
   Status check_not_exported_locked(const std::string& volume) const;
 
   const std::string config_path_;
+  const blk::HealthOptions health_options_;
   mutable std::mutex mu_;
   std::vector<std::string> order_;  // creation order (the config's order)
   std::map<std::string, std::unique_ptr<Volume>> volumes_;

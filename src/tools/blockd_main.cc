@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   std::string metrics_address = "127.0.0.1";
   int metrics_port = 0;
   bool no_metrics = false;
+  blk::HealthOptions health;
   app.add_option("--config", config,
                  "Config file (versioned JSON, rewritten atomically on every change; created if "
                  "missing)")
@@ -42,6 +43,13 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
   app.add_flag("--no-metrics", no_metrics, "Do not serve /metrics");
+  app.add_option("--degraded-after", health.degraded_after,
+                 "I/O errors after which a volume's state says degraded (0: never)")
+      ->capture_default_str();
+  app.add_option("--error-budget", health.error_budget,
+                 "I/O errors after which a volume is failed: every request then fails at once, so "
+                 "an array takes the member out instead of waiting on it (0: never)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   init_logging();
 
@@ -52,7 +60,7 @@ int main(int argc, char** argv) {
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
-  auto daemon = blockd::BlockDaemon::open(config);
+  auto daemon = blockd::BlockDaemon::open(config, health);
   if (!daemon.ok()) {
     std::fprintf(stderr, "kvtier-blockd: %s\n", daemon.status().to_string().c_str());
     return 1;

@@ -49,15 +49,21 @@ struct Daemon {
   int metrics_port = 0;
 };
 
-Daemon start_daemon(const fs::path& config) {
+Daemon start_daemon(const fs::path& config, const std::vector<std::string>& extra = {}) {
   int pipefd[2];
   EXPECT_EQ(pipe(pipefd), 0);
   const pid_t pid = fork();
   if (pid == 0) {
     dup2(pipefd[1], STDOUT_FILENO);
     close(pipefd[0]);
-    execl(KVTIER_BLOCKD_BIN, KVTIER_BLOCKD_BIN, "--config", config.c_str(), "--listen",
-          "127.0.0.1:0", "--metrics-port", "0", nullptr);
+    std::vector<std::string> args = {
+        KVTIER_BLOCKD_BIN, "--config", config.string(), "--listen", "127.0.0.1:0",
+        "--metrics-port",  "0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(KVTIER_BLOCKD_BIN, argv.data());
     _exit(127);
   }
   close(pipefd[1]);
@@ -521,6 +527,56 @@ TEST_F(BlockdTest, RemoteNvmeTcpMemberReconnectsAfterItsTargetRestarts) {
   EXPECT_EQ(read_data("m", 0, a.size()), a);
   EXPECT_EQ(read_data("m", 1 << 20, b.size()), b);
   stop_daemon(d_, SIGTERM);  // before its target, so its host does not wait on reconnects
+  d_ = start_daemon(config_);
+  stop_daemon(node, SIGTERM);
+}
+
+TEST_F(BlockdTest, RemoteVolumeIsFailedOnceItsErrorBudgetIsSpent) {
+  constexpr const char* kRemoteNqn = "nqn.2024-01.io.kvtier:shared-tier-1";
+  const fs::path node_dir = dir_ / "node";
+  fs::create_directories(node_dir);
+  Daemon node = start_daemon(node_dir / "blockd.json");
+  ASSERT_GT(node.grpc_port, 0);
+  auto r = cli(node, "create-file t0 --path " + (node_dir / "t0").string() + " --size-mib 8");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const int port = free_port();
+  r = cli(node, std::string("export create ") + kRemoteNqn + " --volume t0 --port " +
+                    std::to_string(port) + " --allow-host nqn.2024-01.io.kvtier:blockd");
+  ASSERT_EQ(r.code, 0) << r.err;
+
+  // This daemon fails a volume after 2 I/O errors.
+  stop_daemon(d_, SIGTERM);
+  d_ = start_daemon(config_, {"--degraded-after", "1", "--error-budget", "2"});
+  r = cli(d_, std::string("create-remote r0 --nqn ") + kRemoteNqn + " --port " +
+                  std::to_string(port) + " --reconnect-delay 0.2 --fast-io-fail-tmo 0.3");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string data = random_bytes(64 << 10, 21);
+  write_data("r0", 0, data);
+  EXPECT_EQ(read_data("r0", 0, data.size()), data);
+
+  stop_daemon(node, SIGKILL);
+  EXPECT_NE(wait_for_show(d_, "r0", "\"reconnecting\"", 10).find("\"reconnecting\""),
+            std::string::npos);
+  // Each read waits at most fast_io_fail_tmo, then fails; the second error
+  // spends the budget.
+  const fs::path out = dir_ / "out.bin";
+  const std::string read_cmd = "read r0 --offset 0 --length 4096 --file " + out.string();
+  EXPECT_EQ(cli(d_, read_cmd).code, 1);
+  EXPECT_EQ(cli(d_, read_cmd).code, 1);
+  std::string shown = cli(d_, "show r0 --json").out;
+  EXPECT_NE(shown.find("\"state\": \"failed\""), std::string::npos) << shown;
+  // A failed volume refuses at once, without waiting on the transport.
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(cli(d_, read_cmd).code, 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(250));
+
+  // The node comes back and the host reconnects, but the volume stays failed
+  // until an operator acts: its errors are not forgotten silently.
+  node = start_daemon(node_dir / "blockd.json");
+  shown = wait_for_show(d_, "r0", "\"reconnects\": \"1\"", 15);
+  EXPECT_NE(shown.find("\"reconnects\": \"1\""), std::string::npos) << shown;
+  EXPECT_NE(shown.find("\"state\": \"failed\""), std::string::npos) << shown;
+  stop_daemon(d_, SIGTERM);
   d_ = start_daemon(config_);
   stop_daemon(node, SIGTERM);
 }
