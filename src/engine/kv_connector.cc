@@ -1,5 +1,6 @@
 #include "engine/kv_connector.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "engine/kv_content.h"
@@ -25,12 +26,15 @@ Result<kv::MatchResult> KvConnector::lookup(std::span<const kv::Key128> keys) {
   return store_->match_prefix(ns_, keys);
 }
 
-Result<LoadOutcome> KvConnector::load_prefix(std::span<const kv::Key128> keys, size_t from) {
+Result<LoadOutcome> KvConnector::load_prefix(std::span<const kv::Key128> keys, size_t from,
+                                             const LoadStartChooser& choose_start) {
   LoadOutcome out;
   const auto t0 = std::chrono::steady_clock::now();
   auto m = store_->match_prefix(ns_, keys);
   if (!m.ok()) return m.status();
   out.store_matched = m->blocks;
+  if (choose_start && m->blocks > from) from = std::clamp(choose_start(*m), from, m->blocks);
+  out.load_from = from;
   if (m->blocks <= from) {
     out.wall_s = seconds_since(t0);
     return out;
@@ -60,7 +64,9 @@ Result<LoadOutcome> KvConnector::load_prefix(std::span<const kv::Key128> keys, s
     }
     return Status::ok_status();
   };
+  const auto ram_t0 = std::chrono::steady_clock::now();
   if (auto st = read_batch(ram_items, ram_index); !st.ok()) return st;
+  if (!ram_items.empty()) out.ram_wall_s = seconds_since(ram_t0);
   const auto disk_t0 = std::chrono::steady_clock::now();
   if (auto st = read_batch(disk_items, disk_index); !st.ok()) return st;
   if (!disk_items.empty()) out.disk_wall_s = seconds_since(disk_t0);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -20,7 +21,8 @@ namespace kvtier::engine {
 
 struct LoadOutcome {
   size_t store_matched = 0;    // leading blocks the store reported present
-  size_t loaded = 0;           // leading blocks loaded and verified (from `from`)
+  size_t load_from = 0;        // first block read (`from`, or what choose_start said)
+  size_t loaded = 0;           // leading blocks loaded and verified (from `load_from`)
   size_t from_ram = 0;         // of the loaded blocks, served by the RAM tier
   size_t from_disk = 0;        // of the loaded blocks, served by the disk tier
   size_t misses = 0;           // matched blocks that were gone at read time
@@ -32,7 +34,12 @@ struct LoadOutcome {
   // not by the blend with RAM-served blocks.
   uint64_t disk_bytes = 0;
   double disk_wall_s = 0;
+  double ram_wall_s = 0;  // the reads of blocks the match placed in RAM
 };
+
+// Given the match, where loading starts (at least `from`): blocks before it
+// are recomputed by the caller while the rest loads (engine/load_planner.h).
+using LoadStartChooser = std::function<size_t(const kv::MatchResult&)>;
 
 struct SaveOutcome {
   size_t stored = 0, deduplicated = 0, refused = 0;
@@ -49,8 +56,10 @@ class KvConnector {
   // Loads blocks [from, store match) of `keys`; `loaded` counts the leading
   // run of verified blocks, so `from + loaded` blocks of prefix are usable.
   // Blocks the match found in RAM and those it found on disk only are read
-  // in two batches, so that each tier's read time is measured apart.
-  Result<LoadOutcome> load_prefix(std::span<const kv::Key128> keys, size_t from);
+  // in two batches, so that each tier's read time is measured apart. With
+  // `choose_start`, loading starts where it says instead of at `from`.
+  Result<LoadOutcome> load_prefix(std::span<const kv::Key128> keys, size_t from,
+                                  const LoadStartChooser& choose_start = {});
   // Saves `keys` (content generated from each key) in one batch.
   Result<SaveOutcome> save(std::span<const kv::Key128> keys);
 

@@ -91,5 +91,34 @@ TEST(KvConnector, RamOnlyLoadHasNoDiskTime) {
   EXPECT_EQ(load->disk_wall_s, 0.0);
 }
 
+// A chooser moves the start of the load: the blocks before it are neither
+// read nor counted, those after it are loaded and verified as usual, and a
+// start outside [from, match] is clamped into it.
+TEST(KvConnector, ChosenStartLoadsOnlyTheBackOfThePrefix) {
+  ConnectorFixture f(/*ram_slots=*/32, /*blocks=*/10);
+  ASSERT_TRUE(f.connector->save(f.keys).ok());
+  size_t seen_match = 0;
+  auto load = f.connector->load_prefix(f.keys, 2, [&](const kv::MatchResult& m) {
+    seen_match = m.blocks;
+    return size_t{7};
+  });
+  ASSERT_TRUE(load.ok()) << load.status().message();
+  EXPECT_EQ(seen_match, 10u);
+  EXPECT_EQ(load->store_matched, 10u);
+  EXPECT_EQ(load->load_from, 7u);
+  EXPECT_EQ(load->loaded, 3u);
+  EXPECT_EQ(load->bytes, 3ull * kBlock);
+  EXPECT_GT(load->ram_wall_s, 0.0);
+
+  auto past_end = f.connector->load_prefix(f.keys, 2, [](const kv::MatchResult&) { return 99; });
+  ASSERT_TRUE(past_end.ok());
+  EXPECT_EQ(past_end->load_from, 10u);
+  EXPECT_EQ(past_end->loaded, 0u);
+  auto before_from = f.connector->load_prefix(f.keys, 4, [](const kv::MatchResult&) { return 0; });
+  ASSERT_TRUE(before_from.ok());
+  EXPECT_EQ(before_from->load_from, 4u);
+  EXPECT_EQ(before_from->loaded, 6u);
+}
+
 }  // namespace
 }  // namespace kvtier::engine
