@@ -7,6 +7,8 @@ namespace kvtier::bench {
 StudyOptions::StudyOptions()
     : profile(*engine::find_engine_profile("h100-qwen3-coder-30b-scaled")) {}
 
+const char* load_policy_name(LoadPolicy p) { return p == LoadPolicy::kRace ? "race" : "load"; }
+
 const std::vector<CaseSpec>& study_cases() {
   static const std::vector<CaseSpec> cases = {
       {StudyCase::kA, "A", "recompute", false, false, false, false, false},

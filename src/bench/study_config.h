@@ -30,6 +30,13 @@ const CaseSpec& case_spec(StudyCase c);
 // "A".."F" (case-insensitive) to a case; false when unknown.
 bool parse_study_case(const std::string& letter, StudyCase* out);
 
+// How a prefill replica uses a cached prefix (engine/load_planner.h).
+enum class LoadPolicy : uint8_t {
+  kLoadAll,  // the study's connector: load the whole matched prefix, then compute
+  kRace,     // compute the prefix's front while loading its back, split by measured rates
+};
+const char* load_policy_name(LoadPolicy p);
+
 struct StudyOptions {
   engine::EngineProfile profile;  // default: the scaled H100 profile
   uint32_t prefill_replicas = 2;
@@ -51,6 +58,7 @@ struct StudyOptions {
   // profile's byte scale (the scaling rule). Tests lower it to model a store
   // faster than the machine they run on.
   double store_charge_scale = 0;
+  LoadPolicy load_policy = LoadPolicy::kLoadAll;
   uint64_t seed = 1;
 
   StudyOptions();

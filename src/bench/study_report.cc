@@ -91,6 +91,7 @@ nlohmann::json case_json(const CaseResult& r, const CaseResult* recompute, const
   j["same_session_reuse_share"] = safe_ratio(static_cast<double>(r.same_session_blocks), reused);
   j["cross_session_reuse_share"] = safe_ratio(static_cast<double>(r.cross_session_blocks), reused);
   j["store_load_events"] = r.store_load_events;
+  j["race_recomputed_blocks"] = r.race_recomputed_blocks;
   j["store_blocks_from_ram"] = r.store_blocks_from_ram;
   j["store_blocks_from_disk"] = r.store_blocks_from_disk;
   j["verify_failures"] = r.verify_failures;
@@ -232,7 +233,8 @@ nlohmann::json StudyReport::json(bool with_samples) const {
       {"spill_margin_tokens", options.spill_margin_tokens},
       {"hbm_pool_tokens", options.hbm_pool_tokens ? options.hbm_pool_tokens : p.hbm_pool_tokens},
       {"ram_bytes", options.ram_bytes},
-      {"disk_bytes", options.disk_bytes}};
+      {"disk_bytes", options.disk_bytes},
+      {"load_policy", load_policy_name(options.load_policy)}};
   j["limits"] = {{"memcpy_bytes_per_s", limits.memcpy_bytes_per_s},
                  {"fio_randread_bytes_per_s", limits.fio_randread_bytes_per_s},
                  {"fio_command", limits.fio_command},
@@ -275,6 +277,12 @@ std::string StudyReport::markdown() const {
       limits.memcpy_bytes_per_s / 1e9, limits.fio_randread_bytes_per_s / 1e9,
       limits.fio_error.empty() ? "" : " (fio failed: " + limits.fio_error + ")",
       limits.recompute_kv_bytes_per_s / 1e9);
+  md += options.load_policy == LoadPolicy::kRace
+            ? "Load policy `race`: each prefill replica computes the front of a cached prefix "
+              "while it loads the back, split by the tiers' measured load rates (not the "
+              "study's connector, which loads all of it first).\n\n"
+            : "Load policy `load` (the study's connector: a cached prefix is loaded in full "
+              "before the rest is computed).\n\n";
   md +=
       "Times are virtual: GPU time is modeled, store operations are really executed and their wall "
       "time x byte scale is charged. Bytes are deployment-equivalent (stored bytes x byte "

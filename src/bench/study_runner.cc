@@ -16,6 +16,7 @@
 #include "engine/engine.h"
 #include "engine/hbm_prefix_pool.h"
 #include "engine/kv_connector.h"
+#include "engine/load_planner.h"
 #include "engine/store_client.h"
 #include "kv/store.h"
 #include "nvmf/host_device.h"
@@ -81,6 +82,7 @@ struct PrefillReplica {
   double save_free_at = 0;
   double score = 0;  // deployment tokens queued or in service
   std::unique_ptr<engine::HbmPrefixPool> pool;
+  engine::LoadRateTracker load_rates;  // charged seconds per block, per tier
 };
 
 enum class EvKind : uint8_t { kArrive, kPrefillFree, kDecodeDone };
@@ -299,14 +301,27 @@ Status Run::start_prefill(size_t pi, double now) {
 
   size_t hbm = 0;
   if (p.pool) hbm = p.pool->match_prefix(keys);
-  size_t cached = hbm;
+  size_t cached = hbm;     // blocks served from HBM or the store
+  size_t load_from = hbm;  // under the race, [hbm, load_from) is recomputed during the load
   size_t store_matched = 0;
   double load_s = 0, save_s = 0;
+  const double scale = o_.store_charge_scale > 0 ? o_.store_charge_scale : o_.profile.byte_scale();
   if (connector_) {
-    auto load = connector_->load_prefix(keys, hbm);
+    engine::LoadStartChooser choose;
+    if (o_.load_policy == LoadPolicy::kRace) {
+      const double compute_per_block = engine_.prefill_seconds(w_.block_tokens, 0);
+      choose = [&](const kv::MatchResult& m) {
+        return engine::plan_compute_load_race(m.tiers, hbm, m.blocks, compute_per_block,
+                                              p.load_rates)
+            .load_from;
+      };
+    }
+    auto load = connector_->load_prefix(keys, hbm, choose);
     if (!load.ok()) return load.status();
     store_matched = load->store_matched;
     load_s = load->wall_s;
+    p.load_rates.observe(kv::Tier::kRam, load->from_ram, load->ram_wall_s * scale);
+    p.load_rates.observe(kv::Tier::kDisk, load->from_disk, load->disk_wall_s * scale);
     res_.verify_failures += load->verify_failures;
     res_.store_load_bytes += load->bytes;
     res_.store_disk_load_bytes += load->disk_bytes;
@@ -317,19 +332,28 @@ Status Run::start_prefill(size_t pi, double now) {
       res_.store_blocks_from_ram += load->from_ram;
       res_.store_blocks_from_disk += load->from_disk;
       cached = hbm + load->loaded;
+      load_from = load->load_from;
     }
   }
+  // Blocks computed alongside the load (race) and the prefix usable after it.
+  const size_t front = load_from - hbm;
+  const size_t prefix = load_from + (cached - hbm);
+  res_.race_recomputed_blocks += front;
   res_.prompt_blocks += n;
   res_.hbm_hit_blocks += hbm;
   res_.computed_blocks += n - cached;
   for (size_t i = 0; i < n; ++i) {
     auto [it, inserted] = first_session_.emplace(keys[i], r.session);
-    if (i < cached && !inserted) {
+    const bool served = i < hbm || (i >= load_from && i < prefix);
+    if (served && !inserted) {
       (it->second == r.session ? res_.same_session_blocks : res_.cross_session_blocks)++;
     }
   }
   const uint64_t cached_tokens =
       std::min<uint64_t>(static_cast<uint64_t>(cached) * w_.block_tokens, r.prompt_tokens);
+  const uint64_t prefix_tokens =
+      std::min<uint64_t>(static_cast<uint64_t>(prefix) * w_.block_tokens, r.prompt_tokens);
+  const uint64_t front_tokens = std::min<uint64_t>(front * w_.block_tokens, prefix_tokens);
   res_.kv_served_tokens += o_.profile.real_tokens(cached_tokens);
 
   // Blocks the store lacks are saved once computed (or, for HBM hits whose
@@ -343,14 +367,16 @@ Status Run::start_prefill(size_t pi, double now) {
   }
   if (p.pool) p.pool->insert(keys);
 
-  const double scale = o_.store_charge_scale > 0 ? o_.store_charge_scale : o_.profile.byte_scale();
   res_.store_wall_s += load_s + save_s;
   res_.store_load_wall_s += load_s;
   res_.store_charged_s += (load_s + save_s) * scale;
   // The load starts once the replica's earlier saves are out of the way.
   const double load_start = load_s > 0 && cached > hbm ? std::max(now, p.save_free_at) : now;
-  const double prefill = engine_.prefill_seconds(r.prompt_tokens - cached_tokens, cached_tokens);
-  const double prefill_end = load_start + load_s * scale + prefill;
+  // The front's recompute starts at once, the load once the saves are out of
+  // the way; the rest of the prompt is computed when both are done.
+  const double front_compute = engine_.prefill_seconds(front_tokens, hbm * w_.block_tokens);
+  const double prefill = engine_.prefill_seconds(r.prompt_tokens - prefix_tokens, prefix_tokens);
+  const double prefill_end = std::max(now + front_compute, load_start + load_s * scale) + prefill;
   p.save_free_at = std::max(prefill_end, p.save_free_at) + save_s * scale;
   const double first_token =
       prefill_end + engine_.pd_transfer_seconds(r.prompt_tokens) + engine_.decode_seconds(1);

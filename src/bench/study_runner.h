@@ -42,6 +42,9 @@ struct CaseResult {
   uint64_t prompt_blocks = 0, hbm_hit_blocks = 0, store_hit_blocks = 0, computed_blocks = 0;
   uint64_t same_session_blocks = 0, cross_session_blocks = 0;
   uint64_t store_load_events = 0;  // requests that loaded at least one block from the store
+  // Under LoadPolicy::kRace: blocks the store held that the replica
+  // recomputed while it loaded the rest of the prefix.
+  uint64_t race_recomputed_blocks = 0;
   uint64_t store_blocks_from_ram = 0, store_blocks_from_disk = 0;
   uint64_t store_load_bytes = 0, store_save_bytes = 0;
   uint64_t store_disk_load_bytes = 0;  // of the loaded bytes, read from the disk tier

@@ -143,5 +143,44 @@ TEST(StudyShape, LongReuseDiskTiersAboveRamOnlyAndLocalCache) {
   EXPECT_GE(f, 0.95 * d) << all;
 }
 
+// The compute-or-load race (LoadPolicy::kRace) on a store charged 20x slower
+// than this machine, so loading a block costs far more than recomputing it:
+// the study's connector then spends most of its time waiting for loads,
+// while the race recomputes most of each prefix and loads only the share
+// the tier can deliver in the same time. (Both pay the same slow saves, so
+// neither reaches B, which has no store to write to.)
+TEST(StudyShape, RaceGainsFromATierSlowerThanRecompute) {
+  auto w = testing::tiny_workload(48, 16, 30, 3, 2, 16, 8, 8);
+  auto o = small_options();
+  o.ram_bytes = 96ull << 30;
+  o.store_charge_scale = o.profile.byte_scale() * 20;
+  const CaseResult load = run_case(w, StudyCase::kD, o, 48, 24);
+  o.load_policy = LoadPolicy::kRace;
+  const CaseResult race = run_case(w, StudyCase::kD, o, 48, 24);
+  const std::string all = summary(load) + "\n" + summary(race);
+  EXPECT_EQ(race.completed, w.request_count());
+  EXPECT_EQ(race.verify_failures, 0u);
+  EXPECT_EQ(load.race_recomputed_blocks, 0u);
+  EXPECT_GT(race.race_recomputed_blocks, 0u) << all;
+  EXPECT_GT(race.store_hit_blocks, 0u) << all;
+  EXPECT_GT(race.throughput_rps, 2 * load.throughput_rps) << all;
+  EXPECT_LT(race.store_charged_s, load.store_charged_s / 2) << all;
+}
+
+// With a store much faster than recomputation the race loads (nearly) every
+// cached block, as the study's connector does, and loses nothing.
+TEST(StudyShape, RaceLoadsEverythingFromAFastTier) {
+  auto w = testing::tiny_workload(24, 8, 30, 3, 2, 16, 8, 8);
+  auto o = small_options();
+  o.store_charge_scale = o.profile.byte_scale() / 20;
+  const CaseResult load = run_case(w, StudyCase::kC, o, 16, 0);
+  o.load_policy = LoadPolicy::kRace;
+  const CaseResult race = run_case(w, StudyCase::kC, o, 16, 0);
+  const std::string all = summary(load) + "\n" + summary(race);
+  EXPECT_EQ(race.verify_failures, 0u);
+  EXPECT_LT(race.race_recomputed_blocks, race.store_hit_blocks / 10) << all;
+  EXPECT_GT(race.throughput_rps, 0.95 * load.throughput_rps) << all;
+}
+
 }  // namespace
 }  // namespace kvtier::bench

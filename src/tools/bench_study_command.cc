@@ -270,6 +270,18 @@ void add_study_bench_command(CLI::App& app) {
                   "that ratio on a slower disk. Overrides --prefill-tokens-per-s")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option_function<std::string>(
+         "--load-policy",
+         [cli](const std::string& v) {
+           cli->run.study.load_policy =
+               v == "race" ? bench::LoadPolicy::kRace : bench::LoadPolicy::kLoadAll;
+         },
+         "How a prefill replica uses a cached prefix: 'load' (the study's connector: load all of "
+         "it, then compute the rest) or 'race' (compute the prefix's front while loading its "
+         "back, split by each tier's measured load rate, so a tier slower than recomputation "
+         "still helps)")
+      ->check(CLI::IsMember({"load", "race"}))
+      ->default_str("load");
   cmd->add_option("--ram-gib", cli->ram_gib,
                   "Shared RAM tier, deployment GiB (divided by the byte scale for the run)")
       ->capture_default_str();
