@@ -17,18 +17,28 @@ at r = 1.1 and by about 17% at r = 1.2, so below 1.25 the rule would test noise.
 Where the ratio is lower (a slow disk, or an unscaled fast GPU profile), the
 rules are reported, not enforced, unless --strict is given; the run prints why.
 
+Under the compute-or-load race (`--load-policy race`, reported as the service's
+load_policy) a replica recomputes the front of a prefix while it loads the back,
+so a disk-served prefix is ready after n / (L + P) instead of n / P: a disk that
+loads at RACE_DISK_MARGIN of the recompute rate already saves a third of the
+time of its blocks. The long-reuse rules for D and E are then enforced from that
+rate on.
+
 "F at least as good as D" is the study's finding for a GDS path that read 1.47x
 faster than its CPU-staging path (5.01 vs 3.40 GiB/s). kvtier's D reads disk
 blocks as directly as F (into the caller's buffer, no staging copy), so F has no
 faster path and lacks D's RAM hits. The rule is enforced where F's disk-only load
 rate is at least F_PATH_MARGIN times D's (the precondition of the study's
-finding); otherwise it is reported with that reason. F clearly above B and C (a
+finding) and the run loaded whole prefixes (under the race, each case loads only
+the share its rates justify, so the rates measure batch sizes, not paths);
+otherwise it is reported with that reason. F clearly above B and C (a
 direct path gives useful reuse without a RAM tier) is enforced like D's rules.
 """
 import json
 import sys
 
 DISK_MARGIN = 1.25
+RACE_DISK_MARGIN = 0.5
 F_PATH_MARGIN = 1.3
 
 
@@ -70,7 +80,9 @@ def main():
             return r["protocols"][lr].get(case, {}).get("store_disk_load_bytes_per_s", 0)
 
         rate = disk_rate("D")
-        cheap = rate >= DISK_MARGIN * recompute
+        race = r.get("service", {}).get("load_policy") == "race"
+        margin = RACE_DISK_MARGIN if race else DISK_MARGIN
+        cheap = rate >= margin * recompute
         soft = []
         for name, v in (("D", d), ("E", e), ("F", f)):
             if v is None:
@@ -86,13 +98,15 @@ def main():
             failures += soft
         elif soft:
             print(f"long reuse: the store read disk-only blocks at {rate / 1e9:.2f} GB/s, less "
-                  f"than {DISK_MARGIN}x the {recompute / 1e9:.2f} GB/s at which the modeled GPU "
+                  f"than {margin}x the {recompute / 1e9:.2f} GB/s at which the modeled GPU "
                   "regenerates KV, so disk-served prefixes cannot clearly beat recomputation on "
                   "this machine; not enforced:\n  " + "\n  ".join(soft), file=sys.stderr)
         if f is not None and d is not None and not f >= 0.97 * d:
             msg = f"long reuse: F {f:.4f} req/s below D {d:.4f}"
             f_rate = disk_rate("F")
-            if (cheap or strict) and f_rate >= F_PATH_MARGIN * rate:
+            # Under the race each case loads only what its rates justify, so a
+            # higher measured rate for F reflects larger batches, not a faster path.
+            if (cheap or strict) and not race and f_rate >= F_PATH_MARGIN * rate:
                 failures.append(msg)
             else:
                 print(f"{msg}: F read disk-only blocks at {f_rate / 1e9:.2f} GB/s against D's "

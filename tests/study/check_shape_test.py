@@ -17,8 +17,9 @@ def case(rps, disk_rate=None, hit=0.5):
     return c
 
 
-def run(long_cases, strict=False):
+def run(long_cases, strict=False, policy="load"):
     r = {"limits": {"recompute_kv_bytes_per_s": RECOMPUTE},
+         "service": {"load_policy": policy},
          "protocols": {"long-reuse": long_cases}}
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(r, f)
@@ -72,7 +73,22 @@ f_slow = dict(good, F=case(0.6, 2.0 * RECOMPUTE))
 rc, out = run(f_slow)
 expect("F not above C", rc, 1, out)
 
+# Under the race a disk at 0.8x recompute still saves time: the rules apply.
+rc, out = run(slow, policy="race")
+expect("slow disk under the race, D below C", rc, 1, out)
+race_good = dict(good, D=case(1.0, 0.8 * RECOMPUTE))
+rc, out = run(race_good, policy="race")
+expect("slow disk under the race, D above C", rc, 0, out)
+# Below half the recompute rate even the race is not held to them.
+very_slow = dict(slow, D=case(0.55, 0.3 * RECOMPUTE))
+rc, out = run(very_slow, policy="race")
+expect("very slow disk under the race, not enforced", rc, 0, out)
+
+# Under the race F's faster measured rate is not a faster path: reported only.
+rc, out = run(dict(race_good, F=case(0.9, 2.8 * RECOMPUTE)), policy="race")
+expect("F below D under the race", rc, 0, out)
+
 for f in failures:
     print("FAIL: " + f)
-print(f"{8 - len(failures)} of 8 checks passed")
+print(f"{12 - len(failures)} of 12 checks passed")
 sys.exit(1 if failures else 0)
