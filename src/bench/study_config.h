@@ -58,7 +58,7 @@ struct StudyOptions {
   // profile's byte scale (the scaling rule). Tests lower it to model a store
   // faster than the machine they run on.
   double store_charge_scale = 0;
-  LoadPolicy load_policy = LoadPolicy::kLoadAll;
+  LoadPolicy load_policy = LoadPolicy::kRace;
   uint64_t seed = 1;
 
   StudyOptions();

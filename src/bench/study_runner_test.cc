@@ -154,6 +154,7 @@ TEST(StudyShape, RaceGainsFromATierSlowerThanRecompute) {
   auto o = small_options();
   o.ram_bytes = 96ull << 30;
   o.store_charge_scale = o.profile.byte_scale() * 20;
+  o.load_policy = LoadPolicy::kLoadAll;
   const CaseResult load = run_case(w, StudyCase::kD, o, 48, 24);
   o.load_policy = LoadPolicy::kRace;
   const CaseResult race = run_case(w, StudyCase::kD, o, 48, 24);
@@ -173,6 +174,7 @@ TEST(StudyShape, RaceLoadsEverythingFromAFastTier) {
   auto w = testing::tiny_workload(24, 8, 30, 3, 2, 16, 8, 8);
   auto o = small_options();
   o.store_charge_scale = o.profile.byte_scale() / 20;
+  o.load_policy = LoadPolicy::kLoadAll;
   const CaseResult load = run_case(w, StudyCase::kC, o, 16, 0);
   o.load_policy = LoadPolicy::kRace;
   const CaseResult race = run_case(w, StudyCase::kC, o, 16, 0);

@@ -24,19 +24,30 @@
 
 namespace kvtier::engine {
 
-// Exponentially weighted seconds per block of each tier, from measured loads.
+// What a batch read from each tier costs, learnt from measured loads as a
+// fixed part plus a part per block (a least-squares fit over recent batches,
+// older ones forgotten exponentially). The fixed part matters: charged at the
+// profile's byte scale, one device round trip costs as much as recomputing
+// several blocks, so a per-block average learnt from small batches would make
+// every later load look too slow.
 class LoadRateTracker {
  public:
-  explicit LoadRateTracker(double weight_of_new = 0.2) : alpha_(weight_of_new) {}
+  explicit LoadRateTracker(double forget = 0.05) : keep_(1 - forget) {}
   // A batch of `blocks` blocks from `tier` took `seconds` (as charged to the
   // replica's clock). Empty batches teach nothing and are ignored.
   void observe(kv::Tier tier, size_t blocks, double seconds);
-  // Expected seconds per block, or nothing before the first observation.
-  std::optional<double> seconds_per_block(kv::Tier tier) const;
+  // Expected seconds to read `blocks` blocks from `tier` in one batch, or
+  // nothing before the tier's first observation.
+  std::optional<double> expected_seconds(kv::Tier tier, size_t blocks) const;
 
  private:
-  double alpha_;
-  std::optional<double> ram_, disk_;
+  struct Fit {  // exponentially decayed sums over (blocks k, seconds s)
+    double n = 0, k = 0, kk = 0, s = 0, ks = 0;
+  };
+  Fit* fit_of(kv::Tier tier);
+  const Fit* fit_of(kv::Tier tier) const;
+  double keep_;
+  Fit ram_, disk_;
 };
 
 struct LoadSplit {
@@ -46,10 +57,13 @@ struct LoadSplit {
 };
 
 // Picks load_from in [from, matched] that minimises
-// max(recompute of [from, load_from), load of [load_from, matched)).
-// `tiers[i]` is the tier the match reported for block i. A tier whose cost is
-// unknown is taken as free, so the first loads happen and teach the tracker.
-// Ties go to loading more (the bytes are then verified, not recomputed).
+// max(recompute of [from, load_from), load of [load_from, matched)), where
+// the load reads the back's RAM blocks and then its disk blocks, one batch
+// each. `tiers[i]` is the tier the match reported for block i. A tier whose
+// cost is unknown is taken as free, so the first loads happen and teach the
+// tracker. At least the last eighth of the range (one block at least) is
+// always loaded, so the tracker keeps measuring a tier it has come to think
+// slow. Ties go to loading more (the bytes are then verified, not recomputed).
 LoadSplit plan_compute_load_race(std::span<const kv::Tier> tiers, size_t from, size_t matched,
                                  double compute_s_per_block, const LoadRateTracker& rates);
 

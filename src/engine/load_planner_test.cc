@@ -15,18 +15,31 @@ std::vector<Tier> tiers(size_t ram, size_t disk) {
   return t;
 }
 
-TEST(LoadRateTracker, FirstObservationThenWeightedAverage) {
-  LoadRateTracker r(0.5);
-  EXPECT_FALSE(r.seconds_per_block(Tier::kDisk).has_value());
-  r.observe(Tier::kDisk, 4, 4.0);  // 1 s per block
-  EXPECT_DOUBLE_EQ(*r.seconds_per_block(Tier::kDisk), 1.0);
-  r.observe(Tier::kDisk, 2, 6.0);  // 3 s per block: halfway with weight 0.5
-  EXPECT_DOUBLE_EQ(*r.seconds_per_block(Tier::kDisk), 2.0);
+TEST(LoadRateTracker, OneBatchSizeIsAllPerBlock) {
+  LoadRateTracker r;
+  EXPECT_FALSE(r.expected_seconds(Tier::kDisk, 4).has_value());
+  r.observe(Tier::kDisk, 4, 4.0);
+  EXPECT_DOUBLE_EQ(*r.expected_seconds(Tier::kDisk, 4), 4.0);
+  EXPECT_DOUBLE_EQ(*r.expected_seconds(Tier::kDisk, 2), 2.0);
+  EXPECT_DOUBLE_EQ(*r.expected_seconds(Tier::kDisk, 0), 0.0);
   r.observe(Tier::kDisk, 0, 100.0);  // an empty batch teaches nothing
-  EXPECT_DOUBLE_EQ(*r.seconds_per_block(Tier::kDisk), 2.0);
-  EXPECT_FALSE(r.seconds_per_block(Tier::kRam).has_value());
-  r.observe(Tier::kRam, 10, 0.01);
-  EXPECT_DOUBLE_EQ(*r.seconds_per_block(Tier::kRam), 0.001);
+  EXPECT_DOUBLE_EQ(*r.expected_seconds(Tier::kDisk, 4), 4.0);
+  EXPECT_FALSE(r.expected_seconds(Tier::kRam, 1).has_value());
+}
+
+TEST(LoadRateTracker, SeparatesTheFixedCostFromThePerBlockCost) {
+  LoadRateTracker r(/*forget=*/0.0);
+  r.observe(Tier::kDisk, 4, 4.0);
+  r.observe(Tier::kDisk, 1, 2.0);  // fit: 4/3 s fixed + 2/3 s per block
+  EXPECT_NEAR(*r.expected_seconds(Tier::kDisk, 7), 6.0, 1e-9);
+  EXPECT_NEAR(*r.expected_seconds(Tier::kDisk, 1), 2.0, 1e-9);
+}
+
+TEST(LoadRateTracker, ForgetsOldBatches) {
+  LoadRateTracker r(/*forget=*/0.5);
+  r.observe(Tier::kRam, 10, 10.0);
+  for (int i = 0; i < 40; ++i) r.observe(Tier::kRam, 10, 1.0);
+  EXPECT_NEAR(*r.expected_seconds(Tier::kRam, 10), 1.0, 1e-6);
 }
 
 TEST(ComputeLoadRace, UnknownRatesLoadEverything) {
@@ -79,6 +92,30 @@ TEST(ComputeLoadRace, CostsFollowEachBlocksTier) {
   EXPECT_EQ(s.load_from, 7u);
   EXPECT_DOUBLE_EQ(s.expected_compute_s, 7.0);
   EXPECT_DOUBLE_EQ(s.expected_load_s, 6.0);
+}
+
+TEST(ComputeLoadRace, FixedCostDoesNotMakeLargeBatchesLookSlow) {
+  // A 1-block batch took 1 s and a 10-block batch 1.9 s: 0.9 s fixed and
+  // 0.1 s per block. Averaged per block (1 s) the tier would look twice as
+  // slow as recompute; fitted, loading 16 of 20 blocks takes 2.5 s while
+  // computing the first 4 takes 2 s.
+  LoadRateTracker r(/*forget=*/0.0);
+  r.observe(Tier::kDisk, 1, 1.0);
+  r.observe(Tier::kDisk, 10, 1.9);
+  const auto t = tiers(0, 20);
+  const LoadSplit s = plan_compute_load_race(t, 0, 20, 0.5, r);
+  EXPECT_EQ(s.load_from, 4u);
+  EXPECT_NEAR(s.expected_load_s, 2.5, 1e-9);
+}
+
+TEST(ComputeLoadRace, AlwaysLoadsAProbeOfTheBack) {
+  // However slow the tier looks, the last eighth is loaded, so its cost keeps
+  // being measured and a tier that speeds up is used again.
+  LoadRateTracker r;
+  r.observe(Tier::kDisk, 1, 100.0);
+  const auto t = tiers(0, 16);
+  EXPECT_EQ(plan_compute_load_race(t, 0, 16, 1.0, r).load_from, 14u);
+  EXPECT_EQ(plan_compute_load_race(t, 0, 3, 1.0, r).load_from, 2u);
 }
 
 TEST(ComputeLoadRace, RespectsFromAndEmptyRanges) {

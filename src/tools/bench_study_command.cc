@@ -281,7 +281,7 @@ void add_study_bench_command(CLI::App& app) {
          "back, split by each tier's measured load rate, so a tier slower than recomputation "
          "still helps)")
       ->check(CLI::IsMember({"load", "race"}))
-      ->default_str("load");
+      ->default_str("race");
   cmd->add_option("--ram-gib", cli->ram_gib,
                   "Shared RAM tier, deployment GiB (divided by the byte scale for the run)")
       ->capture_default_str();
