@@ -18,6 +18,14 @@ const LoadRateTracker::Fit* LoadRateTracker::fit_of(kv::Tier tier) const {
 void LoadRateTracker::observe(kv::Tier tier, size_t blocks, double seconds) {
   Fit* fit = fit_of(tier);
   if (blocks == 0 || seconds < 0 || !fit) return;
+  // One batch stalled by something else on the machine (a scheduler hiccup
+  // is charged at the byte scale too) must not swing the split for many
+  // requests: an observation counts as at most kOutlierFactor times what the
+  // fit expected. A tier that really slows down still moves the fit, stepwise.
+  constexpr double kOutlierFactor = 3;
+  if (auto expected = expected_seconds(tier, blocks); expected && *expected > 0) {
+    seconds = std::min(seconds, kOutlierFactor * *expected);
+  }
   Fit& f = *fit;
   const double k = static_cast<double>(blocks);
   f = {f.n * keep_ + 1, f.k * keep_ + k, f.kk * keep_ + k * k, f.s * keep_ + seconds,

@@ -35,6 +35,13 @@ TEST(LoadRateTracker, SeparatesTheFixedCostFromThePerBlockCost) {
   EXPECT_NEAR(*r.expected_seconds(Tier::kDisk, 1), 2.0, 1e-9);
 }
 
+TEST(LoadRateTracker, OneStalledBatchMovesTheFitOnlySoFar) {
+  LoadRateTracker r(/*forget=*/0.0);
+  r.observe(Tier::kRam, 8, 1.0);
+  r.observe(Tier::kRam, 8, 1000.0);  // counted as 3 s, not 1000 s
+  EXPECT_NEAR(*r.expected_seconds(Tier::kRam, 8), 2.0, 1e-9);
+}
+
 TEST(LoadRateTracker, ForgetsOldBatches) {
   LoadRateTracker r(/*forget=*/0.5);
   r.observe(Tier::kRam, 10, 10.0);
