@@ -485,12 +485,19 @@ Result<std::unique_ptr<NvmeTcpDevice>> NvmeTcpDevice::connect(const HostOptions&
     d->up_ = true;
   }
   d->keepalive_ = std::thread([p = d.get()] { p->keepalive_loop(); });
+  // Enough submitters to fill every queue; each blocks while its command is
+  // in flight.
+  const size_t depth = size_t(options.io_queues) * std::max<uint16_t>(options.queue_size - 1, 1);
+  d->submitters_ = std::make_unique<TaskPool>(std::min<size_t>(depth, 256));
   return d;
 }
 
 NvmeTcpDevice::~NvmeTcpDevice() {
+  // Requests still queued fail fast once stopping_ is set; those in flight
+  // complete on the live queues. Both call back before the queues go.
   stopping_ = true;
   state_cv_.notify_all();
+  submitters_.reset();
   if (keepalive_.joinable()) keepalive_.join();
   std::lock_guard lk(state_mu_);
   for (auto& q : io_) q->shutdown();
@@ -685,6 +692,63 @@ void NvmeTcpDevice::keepalive_loop() {
 
 void NvmeTcpDevice::read(uint64_t offset, MutableByteView dst, blk::IoCallback cb) {
   Status st = check_io(offset, dst.size(), dst.data());
+  if (!st.ok()) return finish(st, nullptr, cb);
+  submitters_->post([this, offset, dst, cb = std::move(cb)] {
+    finish(
+        read_blocking(offset, dst),
+        [n = dst.size()](blk::DeviceStats& s) {
+          s.reads++;
+          s.bytes_read += n;
+        },
+        cb);
+  });
+}
+
+void NvmeTcpDevice::write(uint64_t offset, ByteView src, blk::IoCallback cb) {
+  Status st = check_io(offset, src.size(), src.data());
+  if (!st.ok()) return finish(st, nullptr, cb);
+  submitters_->post([this, offset, src, cb = std::move(cb)] {
+    finish(
+        write_blocking(offset, src),
+        [n = src.size()](blk::DeviceStats& s) {
+          s.writes++;
+          s.bytes_written += n;
+        },
+        cb);
+  });
+}
+
+void NvmeTcpDevice::flush(blk::IoCallback cb) {
+  submitters_->post([this, cb = std::move(cb)] {
+    finish(
+        flush_blocking(), [](blk::DeviceStats& s) { s.flushes++; }, cb);
+  });
+}
+
+void NvmeTcpDevice::trim(uint64_t offset, uint64_t length, blk::IoCallback cb) {
+  Status st = check_io(offset, length, nullptr);
+  if (!st.ok()) return finish(st, nullptr, cb);
+  submitters_->post([this, offset, length, cb = std::move(cb)] {
+    finish(
+        trim_blocking(offset, length), [](blk::DeviceStats& s) { s.trims++; }, cb);
+  });
+}
+
+void NvmeTcpDevice::finish(const Status& st, const std::function<void(blk::DeviceStats&)>& count,
+                           const blk::IoCallback& cb) {
+  {
+    std::lock_guard lk(stats_mu_);
+    if (st.ok() && count) {
+      count(stats_);
+    } else if (!st.ok()) {
+      stats_.errors++;
+    }
+  }
+  cb(st);
+}
+
+Status NvmeTcpDevice::read_blocking(uint64_t offset, MutableByteView dst) {
+  Status st;
   for (uint64_t done = 0; st.ok() && done < dst.size();) {
     const uint32_t n = uint32_t(std::min<uint64_t>(dst.size() - done, max_transfer_));
     Command c;
@@ -695,15 +759,11 @@ void NvmeTcpDevice::read(uint64_t offset, MutableByteView dst, blk::IoCallback c
     st = run(c);
     done += n;
   }
-  {
-    std::lock_guard lk(stats_mu_);
-    st.ok() ? (stats_.reads++, stats_.bytes_read += dst.size()) : stats_.errors++;
-  }
-  cb(st);
+  return st;
 }
 
-void NvmeTcpDevice::write(uint64_t offset, ByteView src, blk::IoCallback cb) {
-  Status st = check_io(offset, src.size(), src.data());
+Status NvmeTcpDevice::write_blocking(uint64_t offset, ByteView src) {
+  Status st;
   for (uint64_t done = 0; st.ok() && done < src.size();) {
     const uint32_t n = uint32_t(std::min<uint64_t>(src.size() - done, max_transfer_));
     Command c;
@@ -714,26 +774,17 @@ void NvmeTcpDevice::write(uint64_t offset, ByteView src, blk::IoCallback cb) {
     st = run(c);
     done += n;
   }
-  {
-    std::lock_guard lk(stats_mu_);
-    st.ok() ? (stats_.writes++, stats_.bytes_written += src.size()) : stats_.errors++;
-  }
-  cb(st);
+  return st;
 }
 
-void NvmeTcpDevice::flush(blk::IoCallback cb) {
+Status NvmeTcpDevice::flush_blocking() {
   Command c;
   c.sqe = make_sqe(0x00, opt_.nsid, 0);
-  Status st = run(c);
-  {
-    std::lock_guard lk(stats_mu_);
-    st.ok() ? stats_.flushes++ : stats_.errors++;
-  }
-  cb(st);
+  return run(c);
 }
 
-void NvmeTcpDevice::trim(uint64_t offset, uint64_t length, blk::IoCallback cb) {
-  Status st = check_io(offset, length, nullptr);
+Status NvmeTcpDevice::trim_blocking(uint64_t offset, uint64_t length) {
+  Status st;
   for (uint64_t done = 0; st.ok() && done < length;) {
     const uint64_t blocks = std::min<uint64_t>((length - done) / block_size_, 0xFFFFFFFFu);
     uint8_t range[16] = {};
@@ -747,11 +798,7 @@ void NvmeTcpDevice::trim(uint64_t offset, uint64_t length, blk::IoCallback cb) {
     st = run(c);
     done += blocks * block_size_;
   }
-  {
-    std::lock_guard lk(stats_mu_);
-    st.ok() ? stats_.trims++ : stats_.errors++;
-  }
-  cb(st);
+  return st;
 }
 
 blk::DeviceStats NvmeTcpDevice::stats() const {

@@ -6,17 +6,20 @@
 // has passed since the loss (and everything fails after ctrl_loss_tmo). Every
 // socket wait is bounded by io_timeout, so no call ever hangs.
 //
-// Threads: requests may be submitted from any thread; each runs on the
-// caller's thread (queues are picked round robin) and the callback runs
-// before submit returns. Many callers share one queue at once: each queue
-// keeps up to queue_size - 1 commands in flight, told apart by command id,
-// and a receiver thread per queue places C2H data straight into the callers'
+// Threads: requests may be submitted from any thread and return at once;
+// the callback runs later on one of the device's submitter threads (as many
+// as the queues can hold commands: io_queues x (queue_size - 1), at most
+// 256), so a single submitter keeps the full queue depth in flight. Each
+// submitter runs its command on a queue picked round robin. A queue keeps up
+// to queue_size - 1 commands in flight, told apart by command id, and a
+// receiver thread per queue places C2H data straight into the callers'
 // buffers. A keep-alive thread owns the admin queue's periodic traffic.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -24,6 +27,7 @@
 #include <vector>
 
 #include "blk/block_device.h"
+#include "common/task_pool.h"
 
 namespace kvtier::nvmf {
 
@@ -89,6 +93,14 @@ class NvmeTcpDevice : public blk::BlockDevice {
   explicit NvmeTcpDevice(HostOptions o);
   Status establish();  // connects every queue; caller holds state_mu_
   Status run(Command& cmd);
+  // The blocking bodies of read/write/flush/trim, run by a submitter.
+  Status read_blocking(uint64_t offset, MutableByteView dst);
+  Status write_blocking(uint64_t offset, ByteView src);
+  Status flush_blocking();
+  Status trim_blocking(uint64_t offset, uint64_t length);
+  // Counts the request (with `count` when it succeeded) and calls back.
+  void finish(const Status& st, const std::function<void(blk::DeviceStats&)>& count,
+              const blk::IoCallback& cb);
   Status run_once(Command& cmd);
   void lost(uint64_t generation, const Status& why);  // caller holds no lock
   Status wait_until_up(std::unique_lock<std::mutex>& lk);
@@ -117,6 +129,9 @@ class NvmeTcpDevice : public blk::BlockDevice {
   std::thread keepalive_;
   mutable std::mutex stats_mu_;
   blk::DeviceStats stats_;
+  // Last member: destroyed first, so every posted request has run (and
+  // called back) before the queues and the rest of the device go.
+  std::unique_ptr<TaskPool> submitters_;
 };
 
 }  // namespace kvtier::nvmf
