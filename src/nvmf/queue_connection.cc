@@ -1,7 +1,6 @@
-// Target side of one NVMe/TCP queue. Commands run one at a time on the
-// connection's thread with blocking device calls (see docs/nvme-tcp.md for
-// why and what that costs); R2T-driven writes may interleave with other
-// commands while their data arrives.
+// Target side of one NVMe/TCP queue (see queue_connection.h for the
+// threading: I/O commands go to the device asynchronously and complete from
+// its callbacks).
 #include "nvmf/queue_connection.h"
 
 #include <algorithm>
@@ -36,6 +35,8 @@ constexpr uint8_t kSglInCapsule = 0x01;  // Data Block, Offset
 constexpr uint8_t kSglTransport = 0x5A;  // Transport Data Block, Transport
 constexpr uint32_t kAdminInCapsule = 8192;
 constexpr uint32_t kConnectDataSize = 1024;
+// Command buffers: page-aligned, which every O_DIRECT device here accepts.
+constexpr size_t kBufferAlignment = 4096;
 
 uint32_t dw(const Sqe& s, int i) { return get32(s.data() + 4 * i); }
 uint16_t cid_of(const Sqe& s) { return get16(s.data() + 2); }
@@ -71,7 +72,10 @@ Status QueueConnection::terminate(uint16_t fes, uint32_t fei, ByteView offending
   const uint32_t n = encode_termreq(PduType::kC2HTermReq, {fes, fei}, offending, h);
   const size_t extra = std::min<size_t>(offending.size(), kTermReqMaxPlen - kShortHlen);
   iovec iov[2] = {{h.data(), n}, {const_cast<std::byte*>(offending.data()), extra}};
-  (void)stream_.write_all(iov, extra ? 2 : 1);
+  {
+    std::lock_guard lk(send_mu_);
+    (void)stream_.write_all(iov, extra ? 2 : 1);
+  }
   stream_.shutdown();
   return why;
 }
@@ -107,6 +111,19 @@ Status QueueConnection::handshake() {
 }
 
 Status QueueConnection::run() {
+  Status st = run_loop();
+  // Writes still waiting for their data never get it; commands in the device
+  // call back into this object: wait for them.
+  for (auto& [ttag, w] : pending_) {
+    release_buffer(w.buf);
+    end_io();
+  }
+  pending_.clear();
+  wait_idle();
+  return st;
+}
+
+Status QueueConnection::run_loop() {
   KVTIER_RETURN_IF_ERROR(handshake());
   uint8_t hdr[kIcPduSize + kDigestSize];
   std::vector<uint8_t> data;
@@ -124,6 +141,10 @@ Status QueueConnection::run() {
     if (l->has_hdgst && !header_digest_ok(as_bytes_view(hdr, l->header_bytes), l->ch.hlen)) {
       return terminate(kFesHeaderDigest, 0, as_bytes_view(hdr, l->ch.hlen),
                        Status::corruption("nvme-tcp: header digest error"));
+    }
+    if (l->ch.type == PduType::kH2CData) {
+      KVTIER_RETURN_IF_ERROR(receive_h2c(*l, hdr));
+      continue;
     }
     data.resize(l->data_len);
     bool ddgst_ok = true;
@@ -154,29 +175,6 @@ Status QueueConnection::serve_pdu(const PduLayout& l, const uint8_t* hdr,
       }
       return handle_capsule(decode_capsule_cmd(h), data, ddgst_ok);
     }
-    case PduType::kH2CData: {
-      auto d = decode_data_header(h);
-      if (!d.ok()) return terminate(kFesInvalidHeaderField, 16, h, d.status());
-      if (d->length != data.size()) {
-        return terminate(kFesInvalidHeaderField, 16, h,
-                         Status::invalid_argument("nvme-tcp: H2CData length mismatch"));
-      }
-      if (data.size() > state_.config().maxh2cdata) {
-        return terminate(kFesDataLimitExceeded, 16, h,
-                         Status::invalid_argument("nvme-tcp: H2CData above MAXH2CDATA"));
-      }
-      auto it = pending_.find(d->ttag);
-      if (it == pending_.end() || it->second.cid != d->cccid) {
-        return terminate(kFesInvalidHeaderField, 10, h,
-                         Status::invalid_argument("nvme-tcp: H2CData for unknown TTAG"));
-      }
-      PendingWrite& w = it->second;
-      if (d->offset != w.received || uint64_t(d->offset) + d->length > w.length) {
-        return terminate(kFesDataOutOfRange, 12, h,
-                         Status::invalid_argument("nvme-tcp: H2CData out of range"));
-      }
-      return handle_h2c_data(*d, data, ddgst_ok);
-    }
     default:
       return terminate(kFesInvalidHeaderField, 0, h,
                        Status::invalid_argument("nvme-tcp: unexpected PDU"));
@@ -187,7 +185,7 @@ Status QueueConnection::complete(uint16_t cid, const Completion& c) {
   Cqe cqe{};
   put32(cqe.data(), c.dw0);
   put32(cqe.data() + 4, c.dw1);
-  put16(cqe.data() + 8, sq_flow_disabled_ ? 0xFFFF : sq_head_);
+  put16(cqe.data() + 8, sq_flow_disabled_ ? 0xFFFF : sq_head_.load());
   put16(cqe.data() + 10, qid_);
   put16(cqe.data() + 12, cid);
   uint16_t st = 0;
@@ -196,6 +194,7 @@ Status QueueConnection::complete(uint16_t cid, const Completion& c) {
   HeaderBuf h;
   const uint32_t n = encode_capsule_resp(cqe, limits_.hdgst, h);
   iovec iov{h.data(), n};
+  std::lock_guard lk(send_mu_);
   return stream_.write_all(&iov, 1);
 }
 
@@ -218,7 +217,10 @@ Status QueueConnection::send_data_and_complete(uint16_t cid, ByteView payload, u
   uint8_t dd[4];
   if (limits_.ddgst) put32(dd, digest(payload));
   iovec iov[3] = {{h.data(), n}, {const_cast<std::byte*>(payload.data()), payload.size()}, {dd, 4}};
-  KVTIER_RETURN_IF_ERROR(stream_.write_all(iov, limits_.ddgst ? 3 : 2));
+  {
+    std::lock_guard lk(send_mu_);
+    KVTIER_RETURN_IF_ERROR(stream_.write_all(iov, limits_.ddgst ? 3 : 2));
+  }
   return success ? Status::ok_status() : complete(cid, c);
 }
 
@@ -226,12 +228,13 @@ Status QueueConnection::send_r2t(uint16_t cid, uint16_t ttag, uint32_t offset, u
   HeaderBuf h;
   const uint32_t n = encode_r2t({cid, ttag, offset, length}, limits_.hdgst, h);
   iovec iov{h.data(), n};
+  std::lock_guard lk(send_mu_);
   return stream_.write_all(&iov, 1);
 }
 
 Status QueueConnection::handle_capsule(const Sqe& sqe, std::vector<uint8_t>& data, bool ddgst_ok) {
   const uint16_t cid = cid_of(sqe);
-  if (sq_size_) sq_head_ = uint16_t((sq_head_ + 1) % sq_size_);
+  if (sq_size_) sq_head_.store(uint16_t((sq_head_.load() + 1) % sq_size_));
   if (ctrl_) ctrl_->last_keepalive_ns = monotonic_ns();
   if (!ddgst_ok) return complete(cid, {kScDataTransferError});
   // Only SGLs (PSDT 01b) and only the two descriptor forms Linux sends.
@@ -489,8 +492,14 @@ Status QueueConnection::io(const Sqe& sqe, std::vector<uint8_t>& data) {
   const uint32_t bs = dev.block_size();
   const uint64_t blocks = dev.capacity() / bs;
   switch (opc) {
-    case 0x00:
-      return complete(cid, {dev.flush_sync().ok() ? kScSuccess : kScInternal});
+    case 0x00: {
+      if (!begin_io()) return complete(cid, {kScInternal});
+      dev.flush([this, cid](Status st) {
+        (void)complete(cid, {st.ok() ? kScSuccess : kScInternal});
+        end_io();
+      });
+      return Status::ok_status();
+    }
     case 0x01:
     case 0x02:
     case 0x08: {
@@ -500,33 +509,42 @@ Status QueueConnection::io(const Sqe& sqe, std::vector<uint8_t>& data) {
       const uint64_t bytes = nlb * bs;
       if (opc == 0x08) {  // Write Zeroes: the host bounds it by MDTS too
         if (bytes > state_.config().max_transfer) return complete(cid, {kScInvalidField});
-        AlignedBuffer zeros(bytes, std::max<size_t>(dev.buffer_alignment(), 4096), true);
-        return complete(cid,
-                        {dev.write_sync(slba * bs, zeros.view()).ok() ? kScSuccess : kScInternal});
+        if (!begin_io()) return complete(cid, {kScInternal});
+        const uint32_t b = acquire_buffer(bytes);
+        std::memset(bufs_[b]->data(), 0, bytes);
+        submit_write(dev, cid, slba * bs, b, uint32_t(bytes));
+        return Status::ok_status();
       }
       if (bytes > state_.config().max_transfer || sgl_len(sqe) != bytes) {
         return complete(cid, {kScSglLengthInvalid});
       }
       if (opc == 0x02) {
         if (sgl_type(sqe) != kSglTransport) return complete(cid, {kScSglTypeInvalid});
-        // One read buffer per queue, grown on demand: no allocation per read.
-        if (read_buf_.size() < bytes) {
-          read_buf_ = AlignedBuffer(state_.config().max_transfer,
-                                    std::max<size_t>(dev.buffer_alignment(), 4096));
-        }
-        const MutableByteView buf = read_buf_.subview(0, bytes);
-        Status st = dev.read_sync(slba * bs, buf);
-        if (!st.ok()) return complete(cid, {kScInternal});
-        return send_data_and_complete(cid, buf, uint32_t(bytes), {kScSuccess});
+        if (!begin_io()) return complete(cid, {kScInternal});
+        const uint32_t b = acquire_buffer(bytes);
+        const MutableByteView buf = bufs_[b]->subview(0, bytes);
+        dev.read(slba * bs, buf, [this, cid, b, buf](Status st) {
+          if (st.ok()) {
+            (void)send_data_and_complete(cid, buf, uint32_t(buf.size()), {kScSuccess});
+          } else {
+            (void)complete(cid, {kScInternal});
+          }
+          release_buffer(b);
+          end_io();
+        });
+        return Status::ok_status();
       }
       if (!data.empty()) {  // in-capsule write
-        AlignedBuffer buf(bytes, std::max<size_t>(dev.buffer_alignment(), 4096));
-        std::memcpy(buf.data(), data.data(), bytes);
-        return complete(cid,
-                        {dev.write_sync(slba * bs, buf.view()).ok() ? kScSuccess : kScInternal});
+        if (!begin_io()) return complete(cid, {kScInternal});
+        const uint32_t b = acquire_buffer(bytes);
+        std::memcpy(bufs_[b]->data(), data.data(), bytes);
+        submit_write(dev, cid, slba * bs, b, uint32_t(bytes));
+        return Status::ok_status();
       }
       // R2T-driven write: ask for all of it; the host splits by MAXH2CDATA.
-      if (pending_.size() >= sq_size_) return complete(cid, {kScInternal});
+      // The buffer and the in-flight slot are held from now until the device
+      // has written the data.
+      if (!begin_io()) return complete(cid, {kScInternal});
       uint16_t ttag = next_ttag_;
       while (pending_.count(ttag)) ++ttag;
       next_ttag_ = uint16_t(ttag + 1);
@@ -534,16 +552,9 @@ Status QueueConnection::io(const Sqe& sqe, std::vector<uint8_t>& data) {
       w.cid = cid;
       w.nsid = nsid;
       w.offset = slba * bs;
-      // Buffers of max_transfer bytes are recycled: no allocation per write.
-      if (!free_bufs_.empty()) {
-        w.buf = std::move(free_bufs_.back());
-        free_bufs_.pop_back();
-      } else {
-        w.buf = AlignedBuffer(state_.config().max_transfer,
-                              std::max<size_t>(dev.buffer_alignment(), 4096));
-      }
+      w.buf = acquire_buffer(bytes);
       w.length = uint32_t(bytes);
-      pending_.emplace(ttag, std::move(w));
+      pending_.emplace(ttag, w);
       return send_r2t(cid, ttag, 0, uint32_t(bytes));
     }
     case 0x09: {  // Dataset Management
@@ -564,25 +575,100 @@ Status QueueConnection::io(const Sqe& sqe, std::vector<uint8_t>& data) {
   }
 }
 
-Status QueueConnection::handle_h2c_data(const DataHeader& h, const std::vector<uint8_t>& data,
-                                        bool ddgst_ok) {
-  auto it = pending_.find(h.ttag);
+Status QueueConnection::receive_h2c(const PduLayout& l, const uint8_t* hdr) {
+  const ByteView h = as_bytes_view(hdr, l.ch.hlen);
+  auto d = decode_data_header(h);
+  if (!d.ok()) return terminate(kFesInvalidHeaderField, 16, h, d.status());
+  if (d->length != l.data_len) {
+    return terminate(kFesInvalidHeaderField, 16, h,
+                     Status::invalid_argument("nvme-tcp: H2CData length mismatch"));
+  }
+  if (l.data_len > state_.config().maxh2cdata) {
+    return terminate(kFesDataLimitExceeded, 16, h,
+                     Status::invalid_argument("nvme-tcp: H2CData above MAXH2CDATA"));
+  }
+  auto it = pending_.find(d->ttag);
+  if (it == pending_.end() || it->second.cid != d->cccid) {
+    return terminate(kFesInvalidHeaderField, 10, h,
+                     Status::invalid_argument("nvme-tcp: H2CData for unknown TTAG"));
+  }
   PendingWrite& w = it->second;
-  std::memcpy(w.buf.data() + h.offset, data.data(), data.size());
-  w.received += uint32_t(data.size());
+  if (d->offset != w.received || uint64_t(d->offset) + d->length > w.length) {
+    return terminate(kFesDataOutOfRange, 12, h,
+                     Status::invalid_argument("nvme-tcp: H2CData out of range"));
+  }
+  // Every bound is checked: the data goes straight into the write's buffer.
+  std::byte* dst = bufs_[w.buf]->data() + d->offset;
+  KVTIER_RETURN_IF_ERROR(stream_.read_exact(dst, d->length));
+  bool ddgst_ok = true;
+  if (l.has_ddgst) {
+    uint8_t g[4];
+    KVTIER_RETURN_IF_ERROR(stream_.read_exact(g, 4));
+    ddgst_ok = get32(g) == digest(ByteView(dst, d->length));
+  }
+  w.received += d->length;
   if (!ddgst_ok) {
     const uint16_t cid = w.cid;
-    free_bufs_.push_back(std::move(w.buf));
+    release_buffer(w.buf);
     pending_.erase(it);
+    end_io();
     return complete(cid, {kScDataTransferError});
   }
   if (w.received < w.length) return Status::ok_status();
-  PendingWrite done = std::move(w);
+  const PendingWrite done = w;
   pending_.erase(it);
-  blk::BlockDevice& dev = *ctrl_->subsystem->config.namespaces[done.nsid - 1];
-  Status st = dev.write_sync(done.offset, done.buf.subview(0, done.length));
-  free_bufs_.push_back(std::move(done.buf));
-  return complete(done.cid, {st.ok() ? kScSuccess : kScInternal});
+  submit_write(*ctrl_->subsystem->config.namespaces[done.nsid - 1], done.cid, done.offset, done.buf,
+               done.length);
+  return Status::ok_status();
+}
+
+void QueueConnection::submit_write(blk::BlockDevice& dev, uint16_t cid, uint64_t offset,
+                                   uint32_t buf, uint32_t length) {
+  dev.write(offset, bufs_[buf]->view().subspan(0, length), [this, cid, buf](Status st) {
+    (void)complete(cid, {st.ok() ? kScSuccess : kScInternal});
+    release_buffer(buf);
+    end_io();
+  });
+}
+
+uint32_t QueueConnection::acquire_buffer(size_t bytes) {
+  std::lock_guard lk(io_mu_);
+  // Buffers grow to the largest transfer they served (at least 128 KiB), so
+  // a queue of small I/O does not hold max_transfer bytes per slot.
+  const size_t want = std::max<size_t>(bytes, 128 << 10);
+  if (free_bufs_.empty()) {
+    bufs_.push_back(std::make_unique<AlignedBuffer>(want, kBufferAlignment));
+    return uint32_t(bufs_.size() - 1);
+  }
+  const uint32_t i = free_bufs_.back();
+  free_bufs_.pop_back();
+  if (bufs_[i]->size() < bytes) *bufs_[i] = AlignedBuffer(want, kBufferAlignment);
+  return i;
+}
+
+void QueueConnection::release_buffer(uint32_t index) {
+  std::lock_guard lk(io_mu_);
+  free_bufs_.push_back(index);
+}
+
+bool QueueConnection::begin_io() {
+  std::lock_guard lk(io_mu_);
+  // A host never has more commands outstanding than its SQ holds; one that
+  // does gets an error rather than unbounded buffers.
+  if (in_flight_ >= std::max<uint32_t>(sq_size_, 1)) return false;
+  ++in_flight_;
+  return true;
+}
+
+void QueueConnection::end_io() {
+  std::lock_guard lk(io_mu_);
+  --in_flight_;
+  if (in_flight_ == 0) io_cv_.notify_all();
+}
+
+void QueueConnection::wait_idle() {
+  std::unique_lock lk(io_mu_);
+  io_cv_.wait(lk, [&] { return in_flight_ == 0; });
 }
 
 }  // namespace kvtier::nvmf

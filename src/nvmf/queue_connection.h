@@ -3,13 +3,27 @@
 // commands against the namespace's BlockDevice and sends C2HData, R2T and
 // CapsuleResp PDUs. One thread owns a QueueConnection and runs run(); other
 // threads may only call close_now() (through TargetState).
+//
+// I/O commands are asynchronous all the way to the device: the receiving
+// thread submits Read, Write (in-capsule or once its last H2CData is in),
+// Write Zeroes and Flush with the device's callback API and goes on reading
+// PDUs; the device's callback sends the C2HData and the completion. Sends are
+// serialized by one mutex (whole PDUs, never interleaved). At most SQ size
+// commands are in the device at once (a host that sends more gets an error
+// for the excess), each with its own buffer from a pool, and run() returns only
+// after every callback has run, so none outlives the connection. Admin
+// commands, Dataset Management and the flush of every namespace stay
+// synchronous: they are rare and small.
 #pragma once
 
 #include <sys/uio.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "common/buffer.h"
@@ -43,8 +57,8 @@ class QueueConnection : public Closable {
     uint32_t nsid = 0;
     uint64_t offset = 0;
     uint32_t received = 0;
-    uint32_t length = 0;  // bytes of the transfer (buf may be larger)
-    AlignedBuffer buf;
+    uint32_t length = 0;  // bytes of the transfer (the buffer may be larger)
+    uint32_t buf = 0;     // index into bufs_
   };
   struct Completion {
     uint16_t status = 0;  // (SCT << 8 | SC)
@@ -53,10 +67,22 @@ class QueueConnection : public Closable {
   };
 
   Status handshake();
+  Status run_loop();
+  // Reads an H2CData PDU's data straight into its write's buffer.
+  Status receive_h2c(const PduLayout& l, const uint8_t* hdr);
+  // Buffers of max_transfer bytes, one per command in the device.
+  uint32_t acquire_buffer(size_t bytes);
+  void release_buffer(uint32_t index);
+  // Accounting of commands in the device: begin_io refuses beyond SQ size.
+  bool begin_io();
+  void end_io();
+  void wait_idle();
+  // Submits a write of buffer `buf` and completes `cid` when it is done.
+  void submit_write(blk::BlockDevice& dev, uint16_t cid, uint64_t offset, uint32_t buf,
+                    uint32_t length);
   Status serve_pdu(const PduLayout& l, const uint8_t* hdr, std::vector<uint8_t>& data,
                    bool data_digest_ok);
   Status handle_capsule(const Sqe& sqe, std::vector<uint8_t>& data, bool data_digest_ok);
-  Status handle_h2c_data(const DataHeader& h, const std::vector<uint8_t>& data, bool ddgst_ok);
   Completion fabrics(const Sqe& sqe, const std::vector<uint8_t>& data);
   Completion connect(const Sqe& sqe, const std::vector<uint8_t>& data);
   Status admin(const Sqe& sqe, const std::vector<uint8_t>& data);
@@ -78,13 +104,17 @@ class QueueConnection : public Closable {
   uint16_t qid_ = 0;
   bool connected_ = false;
   bool sq_flow_disabled_ = false;
-  uint16_t sq_size_ = 0;  // entries (1's based)
-  uint16_t sq_head_ = 0;
+  uint16_t sq_size_ = 0;              // entries (1's based)
+  std::atomic<uint16_t> sq_head_{0};  // read by completions on device threads
   std::shared_ptr<Controller> ctrl_;
   std::map<uint16_t, PendingWrite> pending_;  // by TTAG
   uint16_t next_ttag_ = 0;
-  AlignedBuffer read_buf_;                // reused by every read on this queue
-  std::vector<AlignedBuffer> free_bufs_;  // write buffers of finished R2T writes
+  std::mutex send_mu_;  // one sender of PDUs at a time
+  std::mutex io_mu_;    // guards in_flight_ and the buffer pool
+  std::condition_variable io_cv_;
+  uint32_t in_flight_ = 0;
+  std::vector<std::unique_ptr<AlignedBuffer>> bufs_;
+  std::vector<uint32_t> free_bufs_;
   // Async Event Requests held on the admin queue (no event is ever raised):
   // completed with ABORT REQUESTED when the host aborts them, dropped with the
   // connection at teardown.
