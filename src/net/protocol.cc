@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <type_traits>
 
 #include "common/crc32c.h"
@@ -635,7 +636,8 @@ Status check_version(uint16_t v) {
 // The frame whose descriptor already sits in out[at + kFrameHeaderSize, end):
 // checks it and writes its header at `at`; on error truncates out to `at`.
 Status finish_frame(MessageType type, uint64_t request_id, std::span<const ByteView> data,
-                    std::vector<std::byte>& out, size_t at, uint16_t version) {
+                    std::vector<std::byte>& out, size_t at, uint16_t version,
+                    std::optional<uint32_t> known_data_crc = std::nullopt) {
   auto fail = [&](Status st) {
     out.resize(at);
     return st;
@@ -664,7 +666,11 @@ Status finish_frame(MessageType type, uint64_t request_id, std::span<const ByteV
                      std::string(message_type_name(type)) + " has no data section"));
   }
   uint32_t data_crc = 0;
-  for (ByteView part : data) data_crc = crc32c_extend(data_crc, part.data(), part.size());
+  if (known_data_crc) {
+    data_crc = *known_data_crc;
+  } else {
+    for (ByteView part : data) data_crc = crc32c_extend(data_crc, part.data(), part.size());
+  }
 
   FrameHeader h;
   h.version = version;
@@ -1013,9 +1019,10 @@ Status encode_frame_prefix(MessageType type, uint64_t request_id, ByteView descr
   return finish_frame(type, request_id, data, out, at, version);
 }
 
-Status encode_message_prefix(const Message& msg, uint64_t request_id,
-                             std::span<const ByteView> data, std::vector<std::byte>& out,
-                             uint16_t version) {
+namespace {
+Status encode_message_prefix_impl(const Message& msg, uint64_t request_id,
+                                  std::span<const ByteView> data, std::vector<std::byte>& out,
+                                  uint16_t version, std::optional<uint32_t> data_crc) {
   size_t at = out.size();
   uint64_t data_len = 0;
   for (ByteView part : data) data_len += part.size();
@@ -1037,9 +1044,22 @@ Status encode_message_prefix(const Message& msg, uint64_t request_id,
                           std::to_string(m.data_bytes()) + " data bytes, " +
                           std::to_string(data_len) + " given");
         }
-        return finish_frame(M::kType, request_id, data, out, at, version);
+        return finish_frame(M::kType, request_id, data, out, at, version, data_crc);
       },
       msg);
+}
+}  // namespace
+
+Status encode_message_prefix(const Message& msg, uint64_t request_id,
+                             std::span<const ByteView> data, std::vector<std::byte>& out,
+                             uint16_t version) {
+  return encode_message_prefix_impl(msg, request_id, data, out, version, std::nullopt);
+}
+
+Status encode_message_prefix_with_data_crc(const Message& msg, uint64_t request_id,
+                                           std::span<const ByteView> data, uint32_t data_crc,
+                                           std::vector<std::byte>& out, uint16_t version) {
+  return encode_message_prefix_impl(msg, request_id, data, out, version, data_crc);
 }
 
 Result<std::vector<std::byte>> encode_message_frame(const Message& msg, uint64_t request_id,

@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "common/clock.h"
+#include "common/crc32c.h"
 #include "net/http_endpoint.h"
 #include "net/remote_store.h"
 #include "net/shm_area.h"
@@ -458,13 +459,16 @@ struct StoreServer::Impl {
   // in the request's buffer set is sent from there; any other data (a
   // caller's local) is copied behind the descriptor first.
   asio::awaitable<bool> send(ServerConnection& c, const Message& msg, uint64_t request_id,
-                             std::span<const ByteView> data = {}) {
+                             std::span<const ByteView> data = {},
+                             std::optional<uint32_t> data_crc = std::nullopt) {
     if (!co_await wait_write(c)) co_return false;
     ServerConnection::BufferSet& set = c.set();
     std::vector<std::byte>& out = set.out;
     out.clear();
     const uint16_t version = c.version;
-    Status st = encode_message_prefix(msg, request_id, data, out, version);
+    Status st = data_crc ? encode_message_prefix_with_data_crc(msg, request_id, data, *data_crc,
+                                                               out, version)
+                         : encode_message_prefix(msg, request_id, data, out, version);
     if (!st.ok()) {
       // A response this server built broke a protocol rule: a bug, but the
       // client still gets an answer.
@@ -628,12 +632,21 @@ struct StoreServer::Impl {
         // buffer needs no more room here.
         MutableByteView out =
             c.data_buffer(std::min<uint32_t>(req.buffer_bytes, limits.max_object_bytes));
-        auto r =
-            co_await run_in_pool(*pool, [&s, &req, out] { return s.get(req.ns, req.key, out); });
-        if (!r.ok()) co_return co_await send_error(c, rid, r.status());
-        GetResponse resp{GetOutcome::from(*r)};
+        // The store thread also checksums the block for the frame while it
+        // is in cache, so the I/O thread only writes it.
+        struct Copied {
+          Result<kv::GetResult> r;
+          uint32_t crc;
+        };
+        auto got = co_await run_in_pool(*pool, [&s, &req, out] {
+          Copied c{s.get(req.ns, req.key, out), 0};
+          if (c.r.ok() && c.r->hit) c.crc = crc32c(out.data(), c.r->length);
+          return c;
+        });
+        if (!got.r.ok()) co_return co_await send_error(c, rid, got.r.status());
+        GetResponse resp{GetOutcome::from(*got.r)};
         ByteView part(out.data(), resp.result.length);
-        co_return co_await send(c, resp, rid, std::span<const ByteView>(&part, 1));
+        co_return co_await send(c, resp, rid, std::span<const ByteView>(&part, 1), got.crc);
       }
       case MessageType::kBatchPutRequest: {
         auto& req = std::get<BatchPutRequest>(*msg);
