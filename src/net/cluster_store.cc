@@ -480,4 +480,38 @@ Result<size_t> ClusterStore::unpin(uint16_t ns, std::span<const kv::Key128> keys
   return total.load();
 }
 
+void add_store_stats(kv::StoreStats& sum, const kv::StoreStats& add) {
+  for (const auto& f : store_stat_fields()) f.set(sum, f.get(sum) + f.get(add));
+}
+
+Result<ClusterStoreStats> ClusterStore::stats() {
+  auto v = impl_->snapshot();
+  if (v->conns.empty()) return Status::unavailable("the cluster has no nodes");
+  ClusterStoreStats out;
+  out.nodes = v->conns.size();
+  out.per_node.resize(v->conns.size());
+  // In parallel: a dead node costs its call timeout once, not once per node.
+  std::vector<std::future<Result<kv::StoreStats>>> pending;
+  for (const auto& c : v->conns) {
+    pending.push_back(
+        std::async(std::launch::async, [store = c->store.get()] { return store->stats(); }));
+  }
+  for (size_t i = 0; i < v->conns.size(); ++i) {
+    ClusterNodeStats& n = out.per_node[i];
+    n.node = v->conns[i]->node;
+    auto r = pending[i].get();
+    if (!r.ok()) {
+      n.status = r.status();
+      continue;
+    }
+    n.stats = *r;
+    add_store_stats(out.total, *r);
+    ++out.answered;
+  }
+  std::sort(
+      out.per_node.begin(), out.per_node.end(),
+      [](const ClusterNodeStats& a, const ClusterNodeStats& b) { return a.node.id < b.node.id; });
+  return out;
+}
+
 }  // namespace kvtier::net

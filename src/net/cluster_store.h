@@ -66,6 +66,25 @@ Result<std::vector<ClusterNode>> read_etcd_nodes(const std::string& etcd_url,
 // "/<prefix>/nodes/" with the prefix's slashes trimmed.
 std::string etcd_nodes_key_prefix(const std::string& prefix);
 
+// What stats() gathered: the sum over the nodes that answered, and each
+// node's own answer. Counters add up; so do levels (slots, entries), which
+// then describe the whole cluster; the flags has_disk and
+// disk.recovered_from_checkpoint are true when any answering node's is.
+struct ClusterNodeStats {
+  ClusterNode node;
+  Status status;         // OK when the node answered
+  kv::StoreStats stats;  // valid when status is OK
+};
+struct ClusterStoreStats {
+  kv::StoreStats total;
+  size_t nodes = 0;                        // nodes in the set when asked
+  size_t answered = 0;                     // of which answered
+  std::vector<ClusterNodeStats> per_node;  // in node id order
+};
+// Adds every StoreStats field of `add` into `sum` (the fields the wire
+// carries, net/remote_store.h store_stat_fields()).
+void add_store_stats(kv::StoreStats& sum, const kv::StoreStats& add);
+
 class ClusterStore {
  public:
   // With etcd, reads the node set once (an error if etcd cannot be read) and
@@ -93,6 +112,11 @@ class ClusterStore {
   Result<bool> remove(uint16_t ns, const kv::Key128& key);
   Result<size_t> pin(uint16_t ns, std::span<const kv::Key128> keys, uint64_t ttl_ms);
   Result<size_t> unpin(uint16_t ns, std::span<const kv::Key128> keys);
+
+  // Asks every node of the current set for its statistics, all at once
+  // (each bounded by the node's call timeout). A node that does not answer
+  // is counted out, never an error; Unavailable only when the set is empty.
+  Result<ClusterStoreStats> stats();
 
  private:
   struct Impl;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <type_traits>
 
 #include "common/crc32c.h"
@@ -122,7 +123,7 @@ class Writer {
     out_.insert(out_.end(), p, p + s.size());
   }
   template <typename T, typename Fn>
-  void items(const std::vector<T>& v, uint32_t max, size_t /*min_item_bytes*/, const char* field,
+  void items(const std::vector<T>& v, uint32_t max, size_t min_item_bytes, const char* field,
              Fn&& fn) {
     if (!st_.ok()) return;
     if (v.size() > max) {
@@ -131,9 +132,30 @@ class Writer {
                                                           " items: limit " + std::to_string(max)));
     }
     put(v.size(), 4);
+    // One allocation for the whole list rather than one growth per field.
+    out_.reserve(out_.size() + v.size() * min_item_bytes);
     for (const T& x : v) {
       if (!st_.ok()) return;
       fn(const_cast<T&>(x));  // fields() is shared with the Reader; the Writer only reads
+    }
+  }
+  // A list of keys, written in one pass over one resize: a match_prefix of
+  // thousands of keys must not pay a vector growth and a call per field.
+  void keys(const std::vector<kv::Key128>& v, uint32_t max, const char* field) {
+    if (!st_.ok()) return;
+    if (v.size() > max) {
+      return fail(perr(ProtocolError::kCountTooLarge, std::string("cannot encode ") + field +
+                                                          " with " + std::to_string(v.size()) +
+                                                          " items: limit " + std::to_string(max)));
+    }
+    put(v.size(), 4);
+    size_t at = out_.size();
+    out_.resize(at + v.size() * 16);
+    std::byte* p = out_.data() + at;
+    for (const kv::Key128& k : v) {
+      store_le(p, k.hi, 8);
+      store_le(p + 8, k.lo, 8);
+      p += 16;
     }
   }
   void fail(Status st) {
@@ -234,6 +256,33 @@ class Reader {
       fn(x);
     }
   }
+  // The Reader side of Writer::keys: the same count checks as items(), then
+  // one pass.
+  void keys(std::vector<kv::Key128>& v, uint32_t max, const char* f) {
+    size_t at = pos_;
+    if (!need(4, f)) return;
+    uint64_t n = get(4);
+    if (n > max) {
+      return fail(perr(ProtocolError::kCountTooLarge,
+                       std::string(f) + " count " + std::to_string(n) + " at offset " +
+                           std::to_string(at) + " exceeds limit " + std::to_string(max)));
+    }
+    size_t left = in_.size() - pos_;
+    if (n * 16 > left) {
+      return fail(perr(ProtocolError::kCountExceedsRemaining,
+                       std::string(f) + " count " + std::to_string(n) + " at offset " +
+                           std::to_string(at) + " needs at least " + std::to_string(n * 16) +
+                           " bytes, " + std::to_string(left) + " left"));
+    }
+    v.resize(n);
+    const std::byte* p = in_.data() + pos_;
+    for (kv::Key128& k : v) {
+      k.hi = load_le(p, 8);
+      k.lo = load_le(p + 8, 8);
+      p += 16;
+    }
+    pos_ += n * 16;
+  }
   void fail(Status st) {
     if (st_.ok()) st_ = std::move(st);
   }
@@ -325,7 +374,7 @@ constexpr size_t kKeyLengthBytes = kKeyBytes + 4;
 
 template <typename Io>
 void key_list(Io& io, std::vector<kv::Key128>& keys) {
-  io.items(keys, kMaxMatchKeys, kKeyBytes, "keys", [&](kv::Key128& k) { io.key(k, "key"); });
+  io.keys(keys, kMaxMatchKeys, "keys");
 }
 
 template <typename Io>
@@ -587,7 +636,8 @@ Status check_version(uint16_t v) {
 // The frame whose descriptor already sits in out[at + kFrameHeaderSize, end):
 // checks it and writes its header at `at`; on error truncates out to `at`.
 Status finish_frame(MessageType type, uint64_t request_id, std::span<const ByteView> data,
-                    std::vector<std::byte>& out, size_t at, uint16_t version) {
+                    std::vector<std::byte>& out, size_t at, uint16_t version,
+                    std::optional<uint32_t> known_data_crc = std::nullopt) {
   auto fail = [&](Status st) {
     out.resize(at);
     return st;
@@ -616,7 +666,11 @@ Status finish_frame(MessageType type, uint64_t request_id, std::span<const ByteV
                      std::string(message_type_name(type)) + " has no data section"));
   }
   uint32_t data_crc = 0;
-  for (ByteView part : data) data_crc = crc32c_extend(data_crc, part.data(), part.size());
+  if (known_data_crc) {
+    data_crc = *known_data_crc;
+  } else {
+    for (ByteView part : data) data_crc = crc32c_extend(data_crc, part.data(), part.size());
+  }
 
   FrameHeader h;
   h.version = version;
@@ -965,9 +1019,10 @@ Status encode_frame_prefix(MessageType type, uint64_t request_id, ByteView descr
   return finish_frame(type, request_id, data, out, at, version);
 }
 
-Status encode_message_prefix(const Message& msg, uint64_t request_id,
-                             std::span<const ByteView> data, std::vector<std::byte>& out,
-                             uint16_t version) {
+namespace {
+Status encode_message_prefix_impl(const Message& msg, uint64_t request_id,
+                                  std::span<const ByteView> data, std::vector<std::byte>& out,
+                                  uint16_t version, std::optional<uint32_t> data_crc) {
   size_t at = out.size();
   uint64_t data_len = 0;
   for (ByteView part : data) data_len += part.size();
@@ -989,9 +1044,22 @@ Status encode_message_prefix(const Message& msg, uint64_t request_id,
                           std::to_string(m.data_bytes()) + " data bytes, " +
                           std::to_string(data_len) + " given");
         }
-        return finish_frame(M::kType, request_id, data, out, at, version);
+        return finish_frame(M::kType, request_id, data, out, at, version, data_crc);
       },
       msg);
+}
+}  // namespace
+
+Status encode_message_prefix(const Message& msg, uint64_t request_id,
+                             std::span<const ByteView> data, std::vector<std::byte>& out,
+                             uint16_t version) {
+  return encode_message_prefix_impl(msg, request_id, data, out, version, std::nullopt);
+}
+
+Status encode_message_prefix_with_data_crc(const Message& msg, uint64_t request_id,
+                                           std::span<const ByteView> data, uint32_t data_crc,
+                                           std::vector<std::byte>& out, uint16_t version) {
+  return encode_message_prefix_impl(msg, request_id, data, out, version, data_crc);
 }
 
 Result<std::vector<std::byte>> encode_message_frame(const Message& msg, uint64_t request_id,

@@ -488,6 +488,15 @@ Status encode_message_prefix(const Message& msg, uint64_t request_id,
                              std::span<const ByteView> data, std::vector<std::byte>& out,
                              uint16_t version = kProtocolVersion);
 
+// The same with the data section's CRC32C computed by the caller, which
+// has just written the bytes and checksums them while they are in cache (a
+// store thread, off the I/O thread). A wrong `data_crc` makes the peer
+// reject the frame; it is never checked here.
+Status encode_message_prefix_with_data_crc(const Message& msg, uint64_t request_id,
+                                           std::span<const ByteView> data, uint32_t data_crc,
+                                           std::vector<std::byte>& out,
+                                           uint16_t version = kProtocolVersion);
+
 // A whole frame in one buffer (header, descriptor and a copy of the data):
 // for tests and small messages.
 Result<std::vector<std::byte>> encode_message_frame(const Message& msg, uint64_t request_id,

@@ -175,6 +175,33 @@ TEST(ProtocolGolden, GetResponseWithData) {
   expect_golden(golden_get_response(), 2, str_bytes("abcd"), kGoldenGetResponse);
 }
 
+// The server checksums a get's block on its store thread and hands the CRC
+// in: the frame must be the golden one, byte for byte; a wrong CRC must give
+// a frame the decoder refuses.
+TEST(ProtocolGolden, GetResponseWithPrecomputedDataCrc) {
+  Bytes data = str_bytes("abcd");
+  ByteView part(data.data(), data.size());
+  std::vector<std::byte> prefix;
+  ASSERT_TRUE(encode_message_prefix_with_data_crc(golden_get_response(), 2,
+                                                  std::span<const ByteView>(&part, 1), crc32c(part),
+                                                  prefix)
+                  .ok());
+  Bytes whole(prefix.begin(), prefix.end());
+  whole.insert(whole.end(), data.begin(), data.end());
+  EXPECT_EQ(hex(whole), kGoldenGetResponse);
+
+  prefix.clear();
+  ASSERT_TRUE(encode_message_prefix_with_data_crc(golden_get_response(), 2,
+                                                  std::span<const ByteView>(&part, 1),
+                                                  crc32c(part) ^ 1, prefix)
+                  .ok());
+  Bytes bad(prefix.begin(), prefix.end());
+  bad.insert(bad.end(), data.begin(), data.end());
+  Message back;
+  Bytes back_data;
+  EXPECT_FALSE(decode_whole(bad, &back, &back_data).ok());
+}
+
 TEST(ProtocolGolden, HeaderFieldsAtDocumentedOffsets) {
   FrameHeader h;
   h.version = 1;

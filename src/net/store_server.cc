@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "common/clock.h"
+#include "common/crc32c.h"
 #include "net/http_endpoint.h"
 #include "net/remote_store.h"
 #include "net/shm_area.h"
@@ -291,7 +292,11 @@ struct ServerMetrics {
 // (the socket's executor), except `id` and `peer`, which never change.
 struct ServerConnection {
   ServerConnection(tcp::socket s, uint64_t id_)
-      : sock(std::move(s)), hello_timer(sock.get_executor()), id(id_), reader(kPreHelloLimits) {}
+      : sock(std::move(s)),
+        hello_timer(sock.get_executor()),
+        write_timer(sock.get_executor()),
+        id(id_),
+        reader(kPreHelloLimits) {}
   tcp::socket sock;
   asio::steady_timer hello_timer;
   uint64_t id;
@@ -300,10 +305,27 @@ struct ServerConnection {
   bool hello_done = false;
   uint16_t version = kProtocolVersionMin;  // until Hello chose one
   std::vector<uint16_t> namespaces;        // store handles registered on this connection
-  AlignedBuffer buf;                       // request data in, block bytes out
-  size_t buf_used = 0;                     // bytes of `buf` the current request uses
-  std::vector<std::byte> out;              // header + descriptor of the response
-  std::vector<asio::const_buffer> gather;
+  // A response is written while the next request is read and served (the
+  // store's copy for one get overlaps the transfer of the one before), one
+  // write at a time, in request order. Each request uses one of two buffer
+  // sets; the set of the write in flight is left alone until it completes.
+  struct BufferSet {
+    AlignedBuffer buf;           // request data in, block bytes out
+    size_t used = 0;             // bytes of `buf` the request uses
+    std::vector<std::byte> out;  // header + descriptor (+ data that lives elsewhere)
+    std::vector<asio::const_buffer> gather;
+  };
+  std::array<BufferSet, 2> sets;
+  int cur = 0;           // the set of the request being served
+  bool writing = false;  // a write of sets[write_set] is in flight
+  int write_set = 0;
+  bool write_failed = false;       // a write failed: the connection is done
+  asio::steady_timer write_timer;  // woken when the write in flight completes
+  BufferSet& set() { return sets[cur]; }
+  // At the start of a request: a set that no write is using.
+  void next_set() {
+    if (writing && write_set == cur) cur ^= 1;
+  }
   uint64_t bytes_in_counted = 0;
   // The shared-memory path: the nonce this connection was offered, and the
   // client's area once the Unix socket handed it over. `shm` is set by the
@@ -318,12 +340,13 @@ struct ServerConnection {
   }
 
   MutableByteView data_buffer(size_t n) {
-    buf_used = n;
-    if (buf.size() < n) {
+    BufferSet& s = set();
+    s.used = n;
+    if (s.buf.size() < n) {
       // Grow in 64 KiB steps; bounded by the server's data limit.
-      buf = AlignedBuffer(align_up(n, 64u << 10), 4096);
+      s.buf = AlignedBuffer(align_up(n, 64u << 10), 4096);
     }
-    return buf.subview(0, n);
+    return s.buf.subview(0, n);
   }
   void close() {
     std::error_code ec;
@@ -421,34 +444,74 @@ struct StoreServer::Impl {
 
   // ---- sending -------------------------------------------------------------------
 
+  // Waits until no response is being written; false when a write failed.
+  asio::awaitable<bool> wait_write(ServerConnection& c) {
+    while (c.writing) {
+      c.write_timer.expires_at(asio::steady_timer::time_point::max());
+      std::error_code ec;
+      co_await c.write_timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
+    co_return !c.write_failed;
+  }
+
+  // Starts writing a response and returns without waiting for it (see
+  // ServerConnection::BufferSet); false when the connection is broken. Data
+  // in the request's buffer set is sent from there; any other data (a
+  // caller's local) is copied behind the descriptor first.
   asio::awaitable<bool> send(ServerConnection& c, const Message& msg, uint64_t request_id,
-                             std::span<const ByteView> data = {}) {
-    c.out.clear();
+                             std::span<const ByteView> data = {},
+                             std::optional<uint32_t> data_crc = std::nullopt) {
+    if (!co_await wait_write(c)) co_return false;
+    ServerConnection::BufferSet& set = c.set();
+    std::vector<std::byte>& out = set.out;
+    out.clear();
     const uint16_t version = c.version;
-    Status st = encode_message_prefix(msg, request_id, data, c.out, version);
+    Status st = data_crc ? encode_message_prefix_with_data_crc(msg, request_id, data, *data_crc,
+                                                               out, version)
+                         : encode_message_prefix(msg, request_id, data, out, version);
     if (!st.ok()) {
       // A response this server built broke a protocol rule: a bug, but the
       // client still gets an answer.
       spdlog::error("store server: cannot encode {} for {}: {}",
                     message_type_name(message_type_of(msg)), c.peer, st.to_string());
-      c.out.clear();
+      out.clear();
       data = {};
       Status enc = encode_message_prefix(
           ErrorResponse::from_status(Status::internal("response encoding failed")), request_id, {},
-          c.out, version);
+          out, version);
       if (!enc.ok()) co_return false;
     }
-    c.gather.clear();
-    c.gather.push_back(asio::buffer(c.out));
+    const std::byte* lo = set.buf.data();
+    const std::byte* hi = lo + set.buf.size();
+    bool in_set = true;
     for (ByteView d : data) {
-      if (!d.empty()) c.gather.push_back(asio::buffer(d.data(), d.size()));
+      if (!d.empty() && (set.buf.empty() || d.data() < lo || d.data() + d.size() > hi)) {
+        in_set = false;
+      }
     }
-    std::error_code ec;
-    size_t n =
-        co_await asio::async_write(c.sock, c.gather, asio::redirect_error(asio::use_awaitable, ec));
-    m->bytes_out.add(n);
-    if (ec) co_return false;
-    m->frames_out.add();
+    if (!in_set) {
+      for (ByteView d : data) out.insert(out.end(), d.begin(), d.end());
+      data = {};
+    }
+    set.gather.clear();
+    set.gather.push_back(asio::buffer(out));
+    for (ByteView d : data) {
+      if (!d.empty()) set.gather.push_back(asio::buffer(d.data(), d.size()));
+    }
+    c.writing = true;
+    c.write_set = c.cur;
+    // The handler runs on the connection's strand; the connection outlives
+    // it (serve() and refuse() wait for the last write before they end).
+    asio::async_write(c.sock, set.gather, [this, &c](std::error_code ec, size_t n) {
+      m->bytes_out.add(n);
+      if (ec) {
+        c.write_failed = true;
+      } else {
+        m->frames_out.add();
+      }
+      c.writing = false;
+      c.write_timer.cancel();
+    });
     co_return true;
   }
 
@@ -538,7 +601,8 @@ struct StoreServer::Impl {
       co_return false;
     }
     kv::Store& s = *store;
-    ByteView data = c.buf.empty() ? ByteView{} : ByteView(c.buf.data(), h.data_len);
+    const AlignedBuffer& in = c.set().buf;
+    ByteView data = in.empty() ? ByteView{} : ByteView(in.data(), h.data_len);
     switch (h.type) {
       case MessageType::kRegisterNamespaceRequest: {
         auto& req = std::get<RegisterNamespaceRequest>(*msg);
@@ -568,12 +632,21 @@ struct StoreServer::Impl {
         // buffer needs no more room here.
         MutableByteView out =
             c.data_buffer(std::min<uint32_t>(req.buffer_bytes, limits.max_object_bytes));
-        auto r =
-            co_await run_in_pool(*pool, [&s, &req, out] { return s.get(req.ns, req.key, out); });
-        if (!r.ok()) co_return co_await send_error(c, rid, r.status());
-        GetResponse resp{GetOutcome::from(*r)};
+        // The store thread also checksums the block for the frame while it
+        // is in cache, so the I/O thread only writes it.
+        struct Copied {
+          Result<kv::GetResult> r;
+          uint32_t crc;
+        };
+        auto got = co_await run_in_pool(*pool, [&s, &req, out] {
+          Copied c{s.get(req.ns, req.key, out), 0};
+          if (c.r.ok() && c.r->hit) c.crc = crc32c(out.data(), c.r->length);
+          return c;
+        });
+        if (!got.r.ok()) co_return co_await send_error(c, rid, got.r.status());
+        GetResponse resp{GetOutcome::from(*got.r)};
         ByteView part(out.data(), resp.result.length);
-        co_return co_await send(c, resp, rid, std::span<const ByteView>(&part, 1));
+        co_return co_await send(c, resp, rid, std::span<const ByteView>(&part, 1), got.crc);
       }
       case MessageType::kBatchPutRequest: {
         auto& req = std::get<BatchPutRequest>(*msg);
@@ -834,6 +907,17 @@ struct StoreServer::Impl {
     });
 
     for (;;) {
+      c->next_set();
+      {
+        // A big buffer is kept while big requests keep coming (no allocation
+        // and page faults per batch), and given back when they stop.
+        ServerConnection::BufferSet& set = c->set();
+        if (set.buf.size() > std::max<size_t>(4ull * limits.max_object_bytes, 1u << 20) &&
+            set.used < set.buf.size() / 4) {
+          set.buf = AlignedBuffer();
+        }
+        set.used = 0;
+      }
       std::error_code ec;
       Status st = co_await c->reader.read_head(c->sock, ec);
       if (st.ok() && c->reader.decoder().state() == FrameDecoder::State::kData) {
@@ -861,14 +945,9 @@ struct StoreServer::Impl {
       m->requests[op]->add();
       m->latency[op]->record(now_ns() - t0);
       if (!keep) break;
-      // A big buffer is kept while big requests keep coming (no allocation
-      // and page faults per batch), and given back when they stop.
-      if (c->buf.size() > std::max<size_t>(4ull * limits.max_object_bytes, 1u << 20) &&
-          c->buf_used < c->buf.size() / 4) {
-        c->buf = AlignedBuffer();
-      }
-      c->buf_used = 0;
     }
+    // The last response (an Error frame before a close, say) goes out first.
+    co_await wait_write(*c);
     c->close();
   }
 
@@ -887,6 +966,7 @@ struct StoreServer::Impl {
       ~Done() { impl->finish(*c, true); }
     } done{this, c};
     co_await send_error(*c, 0, why);
+    co_await wait_write(*c);
     std::error_code ec;
     c->sock.shutdown(tcp::socket::shutdown_send, ec);
     c->hello_timer.expires_after(std::chrono::milliseconds(500));

@@ -1,5 +1,6 @@
 // `kvtier store serve` and `kvtier store stats`: run the store service, and
-// ask a running one for its statistics. docs/store-service.md describes both.
+// ask a running one (or every node of a cluster) for its statistics.
+// docs/store-service.md describes both.
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -13,9 +14,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
+#include "net/cluster_config.h"
 #include "net/cluster_store.h"
 #include "net/etcd_registration.h"
 #include "net/remote_store.h"
@@ -104,6 +107,10 @@ int run_serve(const std::string& config_path) {
 
 struct StatsCli {
   std::string address = "127.0.0.1:7470";
+  std::vector<std::string> nodes;  // several nodes: the cluster's sum
+  std::string etcd_url;            // or the nodes registered in etcd
+  std::string prefix = "kvtier";
+  std::string cluster_config;  // or a cluster client config file
   std::string token;
   std::string token_file;
   uint32_t timeout_ms = 3000;
@@ -130,22 +137,114 @@ bool split_address(const std::string& a, std::string* host, uint16_t* port) {
   return true;
 }
 
+// The auth token from --token or --token-file; false (after a message) when
+// the file cannot be read.
+bool read_token(const StatsCli& cli, std::string* token) {
+  *token = cli.token;
+  if (cli.token_file.empty()) return true;
+  std::ifstream in(cli.token_file);
+  if (!in) {
+    std::fprintf(stderr, "kvtier store stats: cannot read %s\n", cli.token_file.c_str());
+    return false;
+  }
+  std::getline(in, *token);
+  return true;
+}
+
+// Several nodes: each node's answer and the sum over those that answered.
+// Exit 0 when every node answered, 3 when only some did, 1 when none did.
+int run_cluster_stats(const StatsCli& cli) {
+  net::ClusterStoreOptions co;
+  if (!cli.cluster_config.empty()) {
+    auto loaded = net::load_cluster_client_config(cli.cluster_config);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "kvtier store stats: %s\n", loaded.status().message().c_str());
+      return 2;
+    }
+    co = std::move(*loaded);
+  } else if (!cli.etcd_url.empty()) {
+    co.etcd_url = cli.etcd_url;
+    co.etcd_prefix = cli.prefix;
+    co.etcd_timeout_ms = cli.timeout_ms;
+  } else {
+    for (const auto& a : cli.nodes) {
+      auto n = net::parse_node_address(a, a);
+      if (!n.ok()) {
+        std::fprintf(stderr, "kvtier store stats: --node: %s\n", n.status().message().c_str());
+        return 2;
+      }
+      co.nodes.push_back(std::move(*n));
+    }
+  }
+  net::RemoteStoreOptions& o = co.node_options;
+  if (cli.cluster_config.empty() && !read_token(cli, &o.auth_token)) return 2;
+  o.client_name = "kvtier-store-stats";
+  o.connections = 1;
+  o.shared_memory = false;
+  o.call_timeout_ms = cli.timeout_ms;
+  o.connect_timeout_ms = cli.timeout_ms;
+  auto cs = net::ClusterStore::open(co);
+  if (!cs.ok()) {
+    std::fprintf(stderr, "kvtier store stats: %s\n", cs.status().to_string().c_str());
+    return 1;
+  }
+  auto st = (*cs)->stats();
+  if (!st.ok()) {
+    std::fprintf(stderr, "kvtier store stats: %s\n", st.status().to_string().c_str());
+    return 1;
+  }
+  const int rc = st->answered == st->nodes ? 0 : st->answered == 0 ? 1 : 3;
+  const auto counters = net::store_stats_to_counters(st->total);
+  if (cli.json) {
+    nlohmann::json nodes = nlohmann::json::array();
+    for (const auto& n : st->per_node) {
+      nlohmann::json j = {{"id", n.node.id},
+                          {"address", host_port(n.node.host, n.node.port)},
+                          {"answered", n.status.ok()}};
+      if (!n.status.ok()) j["error"] = n.status.to_string();
+      nodes.push_back(std::move(j));
+    }
+    nlohmann::json total = nlohmann::json::object();
+    for (const auto& c : counters) total[c.name] = c.value;
+    std::cout << nlohmann::json{{"nodes", st->nodes},
+                                {"answered", st->answered},
+                                {"per_node", nodes},
+                                {"total", total}}
+                     .dump(2)
+              << std::endl;
+    return rc;
+  }
+  std::ostringstream out;
+  out << st->answered << " of " << st->nodes << " node(s) answered\n";
+  for (const auto& n : st->per_node) {
+    const std::string address = host_port(n.node.host, n.node.port);
+    out << "  " << (n.node.id == address ? address : n.node.id + "  " + address) << "  "
+        << (n.status.ok() ? std::string("ok") : n.status.to_string()) << "\n";
+  }
+  out << "sum over the nodes that answered:\n";
+  size_t width = 0;
+  for (const auto& c : counters) width = std::max(width, c.name.size());
+  for (const auto& c : counters) {
+    out << c.name << std::string(width + 2 - c.name.size(), ' ') << c.value << "\n";
+  }
+  std::cout << out.str() << std::flush;
+  return rc;
+}
+
 int run_stats(const StatsCli& cli) {
+  const int sources = !cli.nodes.empty() + !cli.etcd_url.empty() + !cli.cluster_config.empty();
+  if (sources > 1) {
+    std::fprintf(stderr, "kvtier store stats: give one of --node, --etcd and --cluster-config\n");
+    return 2;
+  }
+  if (sources == 1) return run_cluster_stats(cli);
   net::RemoteStoreOptions o;
   if (!split_address(cli.address, &o.host, &o.port)) {
     std::fprintf(stderr, "kvtier store stats: --address must be HOST:PORT, got '%s'\n",
                  cli.address.c_str());
     return 2;
   }
-  o.auth_token = cli.token;
-  if (!cli.token_file.empty()) {
-    std::ifstream in(cli.token_file);
-    if (!in) {
-      std::fprintf(stderr, "kvtier store stats: cannot read %s\n", cli.token_file.c_str());
-      return 2;
-    }
-    std::getline(in, o.auth_token);
-  }
+  if (!read_token(cli, &o.auth_token)) return 2;
   o.client_name = "kvtier-store-stats";
   o.connections = 1;
   o.call_timeout_ms = cli.timeout_ms;
@@ -238,9 +337,21 @@ void add_store_commands(CLI::App& app) {
   serve->callback([config] { std::exit(run_serve(*config)); });
 
   auto cli = std::make_shared<StatsCli>();
-  auto* stats = store->add_subcommand("stats", "Print the statistics of a running store");
+  auto* stats = store->add_subcommand(
+      "stats",
+      "Print the statistics of a running store, or of several nodes (--node ..., --etcd or "
+      "--cluster-config): each node's state and the sum over the nodes that answered. Exit "
+      "status with several nodes: 0 all answered, 3 some, 1 none");
   stats->add_option("--address", cli->address, "HOST:PORT of the store service")
       ->capture_default_str();
+  stats->add_option("--node", cli->nodes, "HOST:PORT of one node of a cluster (repeat it)");
+  stats->add_option("--etcd", cli->etcd_url,
+                    "etcd client URL (http://HOST:PORT): ask every node registered there");
+  stats->add_option("--prefix", cli->prefix, "Key prefix the nodes register under in etcd")
+      ->capture_default_str();
+  stats->add_option("--cluster-config", cli->cluster_config,
+                    "Cluster client config file (JSON: \"nodes\" or \"etcd_url\"; "
+                    "docs/store-service.md)");
   stats->add_option("--token", cli->token,
                     "Auth token (visible to other users in the process list: prefer --token-file)");
   stats->add_option("--token-file", cli->token_file, "File whose first line is the auth token");

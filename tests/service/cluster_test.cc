@@ -1,9 +1,11 @@
-// Integration test of several store nodes with etcd membership: a real etcd
-// (the Debian etcd binary, on free loopback ports, its own data directory)
-// and real `kvtier store serve` processes that register in it; a
+// Integration tests of several store nodes, all real `kvtier store serve`
+// processes. With etcd membership: a real etcd (the Debian etcd binary, on
+// free loopback ports, its own data directory) that the nodes register in; a
 // ClusterStore writes, reads, loses a node to SIGKILL, and sees a fourth
-// node join. Every process runs in its own process group, killed by an RAII
-// guard even when the test fails.
+// node join. Without etcd: a static node list from a cluster client config,
+// used through the engine's StoreClient and `kvtier store stats --node`.
+// Every process runs in its own process group, killed by an RAII guard even
+// when the test fails.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -21,6 +23,8 @@
 #include <sstream>
 #include <thread>
 
+#include "engine/store_client.h"
+#include "net/cluster_config.h"
 #include "net/cluster_store.h"
 #include "net/etcd_client.h"
 #include "net/placement.h"
@@ -141,13 +145,15 @@ class ClusterFixture {
     return "etcd not ready after 20 s:\n" + read_all(dir_ / "etcd.log");
   }
 
-  // Starts node `id` and waits for its registration line. Empty on success.
+  // Starts node `id` and waits for its listening line and, when this
+  // fixture runs etcd, its registration line. Empty on success.
   std::string start_node(const std::string& id) {
-    nlohmann::json cfg = {
-        {"listen", {{"address", "127.0.0.1"}, {"port", 0}}},
-        {"metrics", nullptr},
-        {"store", {{"ram_bytes", "32MiB"}, {"max_object_bytes", kObj}}},
-        {"etcd", {{"url", etcd_url_}, {"node_id", id}, {"prefix", "test"}, {"ttl_s", kTtlS}}}};
+    nlohmann::json cfg = {{"listen", {{"address", "127.0.0.1"}, {"port", 0}}},
+                          {"metrics", nullptr},
+                          {"store", {{"ram_bytes", "32MiB"}, {"max_object_bytes", kObj}}}};
+    if (!etcd_url_.empty()) {
+      cfg["etcd"] = {{"url", etcd_url_}, {"node_id", id}, {"prefix", "test"}, {"ttl_s", kTtlS}};
+    }
     fs::path cfg_path = dir_ / (id + ".json");
     std::ofstream(cfg_path) << cfg.dump(2);
     fs::path log = dir_ / (id + ".log");
@@ -156,8 +162,9 @@ class ClusterFixture {
     while (Clock::now() < until) {
       std::string text = read_all(log);
       size_t at = text.find("listening on 127.0.0.1:");
-      if (text.find("registered as /test/nodes/" + id) != std::string::npos &&
-          at != std::string::npos) {
+      const bool registered =
+          etcd_url_.empty() || text.find("registered as /test/nodes/" + id) != std::string::npos;
+      if (registered && at != std::string::npos && text.find(',', at) != std::string::npos) {
         ports_[id] = static_cast<uint16_t>(std::stoi(text.substr(at + 23)));
         return "";
       }
@@ -398,4 +405,136 @@ TEST(Cluster, ThreeNodesKillOneAndJoinOneWithEtcd) {
 }
 
 }  // namespace
+// Runs `kvtier store stats` with `args`; returns its exit status and stdout.
+std::pair<int, std::string> run_store_stats(const std::vector<std::string>& args) {
+  std::string cmd = std::string(KVTIER_BIN) + " store stats";
+  for (const auto& a : args) cmd += " '" + a + "'";
+  cmd += " 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {-1, ""};
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+TEST(Cluster, StaticThreeNodesWithoutEtcdKillOne) {
+  fs::path dir = fs::path(KVTIER_SERVICE_TEST_DIR) / "scratch" / "cluster-static";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  ClusterFixture fx(dir);  // no etcd: the nodes only listen
+  std::vector<std::string> addresses;
+  for (const char* id : {"n1", "n2", "n3"}) {
+    ASSERT_EQ(fx.start_node(id), "");
+    addresses.push_back("127.0.0.1:" + std::to_string(fx.port(id)));
+  }
+  // The cluster client config a user writes: ids for two nodes, the third
+  // named by its address alone.
+  nlohmann::json cfg = {{"nodes",
+                         {{{"id", "n1"}, {"address", addresses[0]}},
+                          {{"id", "n2"}, {"address", addresses[1]}},
+                          addresses[2]}},
+                        {"call_timeout_ms", 500},
+                        {"connect_timeout_ms", 500}};
+  auto opts = parse_cluster_client_config(cfg.dump());
+  ASSERT_TRUE(opts.ok()) << opts.status().to_string();
+  opts->node_options.reconnect_max_ms = 200;
+  const std::string n3 = addresses[2];
+  auto cs_r = ClusterStore::open(*opts);
+  ASSERT_TRUE(cs_r.ok()) << cs_r.status().to_string();
+  ClusterStore& cs = **cs_r;
+  ASSERT_EQ(cs.nodes().size(), 3u);
+  auto client = engine::make_cluster_store_client(&cs);
+  auto ns = client->register_namespace(test_namespace());
+  ASSERT_TRUE(ns.ok()) << ns.status().to_string();
+
+  // Through the engine's StoreClient: one batch_put, then batch_get and match.
+  constexpr size_t kBlocks = 240;
+  std::vector<kv::Key128> keys;
+  std::vector<std::vector<uint8_t>> data;
+  std::vector<ByteView> views;
+  std::map<std::string, size_t> per_node;
+  for (size_t i = 0; i < kBlocks; ++i) {
+    keys.push_back(block_key(7, i));
+    data.push_back(block_bytes(keys.back()));
+    ++per_node[cs.owner_of(keys.back())];
+  }
+  for (const auto& d : data) views.push_back(bv(d));
+  auto br = client->batch_put(*ns, keys, views);
+  ASSERT_TRUE(br.ok()) << br.status().to_string();
+  for (const auto& r : *br) ASSERT_TRUE(r.stored());
+  for (const std::string& id : std::vector<std::string>{"n1", "n2", n3}) {
+    EXPECT_GE(per_node[id], kBlocks / 6) << id << " got too few keys";
+  }
+  auto m = client->match_prefix(*ns, keys);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->blocks, kBlocks);
+
+  // Stats: every node answers; the sum is the cluster's, each node's its own.
+  auto st = cs.stats();
+  ASSERT_TRUE(st.ok()) << st.status().to_string();
+  EXPECT_EQ(st->nodes, 3u);
+  EXPECT_EQ(st->answered, 3u);
+  EXPECT_EQ(st->total.puts, kBlocks);
+  ASSERT_EQ(st->per_node.size(), 3u);
+  for (const auto& n : st->per_node) {
+    ASSERT_TRUE(n.status.ok()) << n.node.id;
+    EXPECT_EQ(n.stats.puts, per_node[n.node.id]) << n.node.id;
+  }
+  auto total = client->stats();
+  ASSERT_TRUE(total.ok());
+  EXPECT_EQ(total->puts, kBlocks);
+  auto [rc_all, out_all] =
+      run_store_stats({"--node", addresses[0], "--node", addresses[1], "--node", addresses[2],
+                       "--json", "--timeout-ms", "1000"});
+  EXPECT_EQ(rc_all, 0) << out_all;
+  auto j_all = nlohmann::json::parse(out_all, nullptr, false);
+  ASSERT_FALSE(j_all.is_discarded()) << out_all;
+  EXPECT_EQ(j_all["answered"], 3);
+  EXPECT_EQ(j_all["total"]["kvtier_store_puts_total"], kBlocks);
+
+  // Kill n2: its keys miss (never an error), the other nodes' keys are
+  // served byte for byte; stats counts two answering nodes.
+  fx.kill_node("n2");
+  std::vector<std::vector<uint8_t>> bufs(kBlocks, std::vector<uint8_t>(kObj));
+  std::vector<kv::BatchGetItem> items;
+  for (size_t i = 0; i < kBlocks; ++i) items.push_back(kv::BatchGetItem{keys[i], mbv(bufs[i])});
+  auto bg = client->batch_get(*ns, items);
+  ASSERT_TRUE(bg.ok()) << "a dead node must give misses, not errors: " << bg.status().to_string();
+  size_t hits = 0, misses = 0, first_n2 = kBlocks;
+  for (size_t i = 0; i < kBlocks; ++i) {
+    if (cs.owner_of(keys[i]) == "n2") {
+      EXPECT_FALSE((*bg)[i].hit) << "key " << i << " of the dead node";
+      first_n2 = std::min(first_n2, i);
+      ++misses;
+    } else {
+      ASSERT_TRUE((*bg)[i].hit) << "key " << i << " of a live node";
+      ASSERT_EQ(bufs[i], data[i]) << i;
+      ++hits;
+    }
+  }
+  EXPECT_EQ(misses, per_node["n2"]);
+  EXPECT_EQ(hits, kBlocks - per_node["n2"]);
+  m = client->match_prefix(*ns, keys);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->blocks, first_n2) << "the chain breaks at the first key of the dead node";
+  st = cs.stats();
+  ASSERT_TRUE(st.ok()) << st.status().to_string();
+  EXPECT_EQ(st->nodes, 3u) << "a static list keeps the dead node in the set";
+  EXPECT_EQ(st->answered, 2u);
+  EXPECT_EQ(st->total.puts, kBlocks - per_node["n2"]);
+  for (const auto& n : st->per_node) EXPECT_EQ(n.status.ok(), n.node.id != "n2") << n.node.id;
+  auto [rc_some, out_some] =
+      run_store_stats({"--node", addresses[0], "--node", addresses[1], "--node", addresses[2],
+                       "--json", "--timeout-ms", "1000"});
+  EXPECT_EQ(rc_some, 3) << "some nodes answered: exit 3\n" << out_some;
+  auto j_some = nlohmann::json::parse(out_some, nullptr, false);
+  ASSERT_FALSE(j_some.is_discarded()) << out_some;
+  EXPECT_EQ(j_some["nodes"], 3);
+  EXPECT_EQ(j_some["answered"], 2);
+  EXPECT_EQ(j_some["total"]["kvtier_store_puts_total"], kBlocks - per_node["n2"]);
+}
+
 }  // namespace kvtier::net
