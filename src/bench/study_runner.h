@@ -52,7 +52,17 @@ struct CaseResult {
   uint64_t ram_evictions = 0, ram_eviction_bytes = 0;
   uint64_t device_reads = 0, device_read_bytes = 0;
   uint64_t device_writes = 0, device_write_bytes = 0;
-  uint64_t network_bytes = 0;  // prefill-to-decode transfer (deployment bytes)
+  // Prefill-to-decode transfer. network_bytes are stored bytes (multiply by
+  // byte_scale): with "loopback", the frame bytes the prefill replicas wrote
+  // to their sockets; with "modeled", the KV of the prompts at the stored
+  // size (nothing is sent).
+  std::string pd_transfer = "loopback";
+  uint64_t network_bytes = 0;
+  uint64_t pd_frames = 0, pd_payload_bytes = 0;
+  // What the decode replicas' receivers read and verified (loopback only).
+  uint64_t pd_received_bytes = 0, pd_blocks_verified = 0;
+  double pd_wall_s = 0;     // measured transfer time (loopback)
+  double pd_charged_s = 0;  // the transfer time charged to first tokens
   // Routing.
   uint64_t later_turns = 0, stayed_turns = 0;
   std::vector<uint64_t> pair_counts;
