@@ -75,6 +75,17 @@ void set_nodelay(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
+// Socket buffers that hold a whole frame of the study (about 2 MB): the
+// sender writes it in one go and the receiver reads it in large pieces, with
+// far fewer wake-ups than autotuned buffers that start small (about 1.4x the
+// loopback rate on a 2-core VM). Set before connect / listen, so that the
+// window scale is negotiated for them; the kernel caps them at its maximum.
+void set_buffers(int fd) {
+  int bytes = 4 << 20;
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- receiver
@@ -84,6 +95,7 @@ Result<std::unique_ptr<KvTransferReceiver>> KvTransferReceiver::start(
   std::unique_ptr<KvTransferReceiver> r(new KvTransferReceiver(options));
   r->listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (r->listen_fd_ < 0) return errno_status("socket");
+  set_buffers(r->listen_fd_);  // inherited by accepted connections
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -251,6 +263,7 @@ Result<int> KvTransferSender::connection(uint16_t port) {
   if (auto it = conns_.find(port); it != conns_.end()) return it->second;
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return errno_status("socket");
+  set_buffers(fd);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
