@@ -292,6 +292,11 @@ std::string StudyReport::markdown() const {
       "Times are virtual: GPU time is modeled, store operations are really executed and their wall "
       "time x byte scale is charged. Bytes are deployment-equivalent (stored bytes x byte "
       "scale).\n\n";
+  md += options.pd_transfer == PdTransferMode::kLoopback
+            ? "Prefill-to-decode transfer: loopback (each request's KV blocks really sent over "
+              "loopback TCP and verified by its decode replica; measured time x byte scale "
+              "charged to its first token).\n\n"
+            : "Prefill-to-decode transfer: modeled (the profile's link rate; nothing sent).\n\n";
   int table = 6;
   for (const auto& proto : protocols_of(results)) {
     const CaseResult* a = find(results, proto, StudyCase::kA);

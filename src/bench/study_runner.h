@@ -5,9 +5,16 @@
 // Store with its RAM tier and a disk tier on O_DIRECT volume files) and its
 // measured wall time, multiplied by the profile's byte scale, is charged to
 // the virtual clock. So the store's own CPU and I/O costs are what the run
-// measures, while think times of seconds cost no wall time.
+// measures, while think times of seconds cost no wall time. The
+// prefill-to-decode transfer is real too (unless options.pd_transfer is
+// kModeled): each request's KV blocks go over loopback TCP to a receiver
+// owned by its decode replica (serve/kv_transfer.h), and the measured time,
+// scaled like the store's, is charged between prefill and first token.
 //
-// Thread-safety: a run owns everything it creates; runs are sequential.
+// Thread-safety: a run owns everything it creates; runs are sequential. The
+// event loop makes every store call and PD send itself (each measured time
+// decides when the next event happens); only the decode replicas' receivers
+// run on threads of their own.
 #pragma once
 
 #include <cstdint>
