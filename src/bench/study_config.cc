@@ -24,6 +24,20 @@ const std::vector<CaseSpec>& study_cases() {
 
 const CaseSpec& case_spec(StudyCase c) { return study_cases()[static_cast<size_t>(c)]; }
 
+const char* pd_transfer_mode_name(PdTransferMode m) {
+  return m == PdTransferMode::kModeled ? "modeled" : "loopback";
+}
+
+bool parse_pd_transfer_mode(const std::string& name, PdTransferMode* out) {
+  for (auto m : {PdTransferMode::kLoopback, PdTransferMode::kModeled}) {
+    if (name == pd_transfer_mode_name(m)) {
+      *out = m;
+      return true;
+    }
+  }
+  return false;
+}
+
 bool parse_study_case(const std::string& letter, StudyCase* out) {
   if (letter.size() != 1) return false;
   const char c = static_cast<char>(std::toupper(static_cast<unsigned char>(letter[0])));

@@ -25,6 +25,17 @@ struct CaseSpec {
   bool remote_volume;  // disk tier on a volume reached over kvtier's NVMe/TCP
 };
 
+// How a request's KV moves from its prefill to its decode replica.
+enum class PdTransferMode : uint8_t {
+  // Real bytes over loopback TCP (src/serve/kv_transfer.h): the measured
+  // wall time x the store's charge scale goes into the first-token time.
+  kLoopback,
+  // The profile's link rate (pd_link_bytes_per_s); nothing is sent.
+  kModeled,
+};
+const char* pd_transfer_mode_name(PdTransferMode m);  // "loopback", "modeled"
+bool parse_pd_transfer_mode(const std::string& name, PdTransferMode* out);
+
 const std::vector<CaseSpec>& study_cases();
 const CaseSpec& case_spec(StudyCase c);
 // "A".."F" (case-insensitive) to a case; false when unknown.
@@ -59,6 +70,7 @@ struct StudyOptions {
   // faster than the machine they run on.
   double store_charge_scale = 0;
   LoadPolicy load_policy = LoadPolicy::kRace;
+  PdTransferMode pd_transfer = PdTransferMode::kLoopback;
   uint64_t seed = 1;
 
   StudyOptions();

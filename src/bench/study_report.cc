@@ -103,7 +103,20 @@ nlohmann::json case_json(const CaseResult& r, const CaseResult* recompute, const
   j["device_write_bytes"] = static_cast<double>(r.device_write_bytes) * scale;
   j["ram_eviction_cycles"] = r.ram_evictions;
   j["ram_eviction_bytes"] = static_cast<double>(r.ram_eviction_bytes) * scale;
-  j["network_bytes"] = r.network_bytes;
+  j["network_bytes"] = static_cast<double>(r.network_bytes) * scale;
+  j["pd_transfer"] = r.pd_transfer;
+  j["pd_transfer_charged_s"] = r.pd_charged_s;
+  if (r.pd_frames > 0) {
+    j["pd_transfer_frames"] = r.pd_frames;
+    j["pd_transfer_wall_s"] = r.pd_wall_s;
+    j["pd_transfer_received_bytes"] = static_cast<double>(r.pd_received_bytes) * scale;
+    j["pd_transfer_blocks_verified"] = r.pd_blocks_verified;
+    // Stored bytes per wall second through loopback: the rate that, like
+    // the store's load rate, decides what the transfer costs.
+    if (r.pd_wall_s > 0) {
+      j["pd_transfer_bytes_per_s"] = static_cast<double>(r.network_bytes) / r.pd_wall_s;
+    }
+  }
   j["stayed_on_preferred_share"] =
       safe_ratio(static_cast<double>(r.stayed_turns), static_cast<double>(r.later_turns));
   j["prefill_decode_pairs"] = r.pair_counts;
@@ -287,6 +300,11 @@ std::string StudyReport::markdown() const {
       "Times are virtual: GPU time is modeled, store operations are really executed and their wall "
       "time x byte scale is charged. Bytes are deployment-equivalent (stored bytes x byte "
       "scale).\n\n";
+  md += options.pd_transfer == PdTransferMode::kLoopback
+            ? "Prefill-to-decode transfer: loopback (each request's KV blocks really sent over "
+              "loopback TCP and verified by its decode replica; measured time x byte scale "
+              "charged to its first token).\n\n"
+            : "Prefill-to-decode transfer: modeled (the profile's link rate; nothing sent).\n\n";
   int table = 6;
   for (const auto& proto : protocols_of(results)) {
     const CaseResult* a = find(results, proto, StudyCase::kA);
@@ -338,7 +356,12 @@ std::string StudyReport::markdown() const {
           r.store_blocks_from_ram, r.store_blocks_from_disk,
           r.store_load_wall_s > 0 ? fmt::format("{:.2f} GB/s", load_rate(r) / 1e9) : "-",
           r.store_disk_load_wall_s > 0 ? fmt::format("{:.2f} GB/s", disk_load_rate(r) / 1e9) : "-",
-          r.write_refusals, bytes_h(static_cast<double>(r.network_bytes)),
+          r.write_refusals,
+          bytes_h(static_cast<double>(r.network_bytes) * r.byte_scale) +
+              (r.pd_wall_s > 0
+                   ? fmt::format(" ({} {:.2f} GB/s)", r.pd_transfer,
+                                 static_cast<double>(r.network_bytes) / r.pd_wall_s / 1e9)
+                   : " (" + r.pd_transfer + ")"),
           100 * safe_ratio(static_cast<double>(r.same_session_blocks), reused),
           100 * safe_ratio(static_cast<double>(r.cross_session_blocks), reused),
           100 * r.gross_busy_saved_ratio, r.verify_failures);

@@ -21,6 +21,7 @@
 #include "kv/store.h"
 #include "nvmf/host_device.h"
 #include "nvmf/target.h"
+#include "serve/kv_transfer.h"
 #include "serve/router.h"
 
 namespace kvtier::bench {
@@ -112,6 +113,11 @@ class Run {
   void accept_issues(const std::vector<Issue>& issues, double now);
   void dispatch(const TraceRequest* req, double now);
   Status start_prefill(size_t p, double now);
+  Status setup_pd_transfer();
+  // Moves request `id`'s KV to its decode replica; returns the seconds
+  // charged to its first token.
+  Result<double> pd_transfer(size_t p, uint32_t id, std::span<const kv::Key128> keys,
+                             double charge_scale);
   void on_decode_done(uint32_t id, double now);
   const std::vector<kv::Key128>& keys_of(const TraceRequest& r);
   Result<std::shared_ptr<blk::BlockDevice>> export_over_nvme_tcp(
@@ -140,6 +146,10 @@ class Run {
   std::unordered_map<kv::Key128, uint32_t, kv::Key128Hash> first_session_;
   std::unique_ptr<serve::SoftStickyRouter> router_;
   std::vector<PrefillReplica> prefills_;
+  // Loopback PD transfer: one receiver per decode replica, one sender per
+  // prefill replica (each keeps a connection to every decode replica).
+  std::vector<std::unique_ptr<serve::KvTransferReceiver>> receivers_;
+  std::vector<std::unique_ptr<serve::KvTransferSender>> senders_;
   std::vector<double> decode_budget_;
   std::vector<Inflight> inflight_;
   // Per prefill replica: [dispatch, completion] of the requests it served.
@@ -191,6 +201,8 @@ Status Run::setup() {
   serve::RouterOptions ro;
   ro.spill_margin = o_.spill_margin_tokens;
   router_ = std::make_unique<serve::SoftStickyRouter>(o_.prefill_replicas, o_.decode_replicas, ro);
+  res_.pd_transfer = pd_transfer_mode_name(o_.pd_transfer);
+  KVTIER_RETURN_IF_ERROR(setup_pd_transfer());
 
   if (!spec_.store) return Status::ok_status();
   kv::StoreOptions so;
@@ -253,6 +265,59 @@ Result<std::shared_ptr<blk::BlockDevice>> Run::export_over_nvme_tcp(
   auto host = nvmf::NvmeTcpDevice::connect(ho);
   if (!host.ok()) return host.status();
   return std::shared_ptr<blk::BlockDevice>(std::move(*host));
+}
+
+Status Run::setup_pd_transfer() {
+  if (o_.pd_transfer != PdTransferMode::kLoopback) return Status::ok_status();
+  // The receivers accept exactly what this workload can send: blocks of
+  // block_bytes_, as many as its longest prompt has.
+  size_t max_blocks = 0;
+  for (const auto& session : keys_) {
+    for (const auto& turn : session) max_blocks = std::max(max_blocks, turn.size());
+  }
+  serve::KvReceiverOptions ro;
+  ro.ns_digest = ns_digest_;
+  ro.limits.max_blocks = static_cast<uint32_t>(std::max<size_t>(max_blocks, 1));
+  ro.limits.max_block_bytes = block_bytes_;
+  ro.limits.max_payload_bytes = uint64_t{ro.limits.max_blocks} * block_bytes_;
+  for (uint32_t d = 0; d < o_.decode_replicas; ++d) {
+    auto rx = serve::KvTransferReceiver::start(ro);
+    if (!rx.ok()) {
+      return Status(rx.status().code(), "PD transfer receiver of decode replica " +
+                                            std::to_string(d) + ": " + rx.status().message() +
+                                            " (--pd-transfer modeled runs without sockets)");
+    }
+    receivers_.push_back(std::move(*rx));
+  }
+  for (uint32_t p = 0; p < o_.prefill_replicas; ++p) {
+    senders_.push_back(std::make_unique<serve::KvTransferSender>());
+  }
+  return Status::ok_status();
+}
+
+Result<double> Run::pd_transfer(size_t p, uint32_t id, std::span<const kv::Key128> keys,
+                                double charge_scale) {
+  const TraceRequest& r = *inflight_[id].req;
+  if (o_.pd_transfer == PdTransferMode::kModeled) {
+    res_.network_bytes += uint64_t{r.prompt_tokens} * engine_.stored_kv_bytes_per_token();
+    const double s = engine_.pd_transfer_seconds(r.prompt_tokens);
+    res_.pd_charged_s += s;
+    return s;
+  }
+  const size_t d = inflight_[id].decode;
+  auto t = senders_[p]->send(receivers_[d]->port(), id, ns_digest_, keys, block_bytes_);
+  if (!t.ok()) {
+    return Status(t.status().code(), "PD transfer of request " + std::to_string(id) +
+                                         " from prefill " + std::to_string(p) + " to decode " +
+                                         std::to_string(d) + ": " + t.status().message());
+  }
+  ++res_.pd_frames;
+  res_.network_bytes += t->frame_bytes;
+  res_.pd_payload_bytes += t->payload_bytes;
+  res_.pd_wall_s += t->wall_s;
+  const double s = t->wall_s * charge_scale;
+  res_.pd_charged_s += s;
+  return s;
 }
 
 const std::vector<kv::Key128>& Run::keys_of(const TraceRequest& r) {
@@ -378,10 +443,11 @@ Status Run::start_prefill(size_t pi, double now) {
   const double prefill = engine_.prefill_seconds(r.prompt_tokens - prefix_tokens, prefix_tokens);
   const double prefill_end = std::max(now + front_compute, load_start + load_s * scale) + prefill;
   p.save_free_at = std::max(prefill_end, p.save_free_at) + save_s * scale;
-  const double first_token =
-      prefill_end + engine_.pd_transfer_seconds(r.prompt_tokens) + engine_.decode_seconds(1);
-  res_.network_bytes += static_cast<uint64_t>(o_.profile.real_tokens(r.prompt_tokens) *
-                                              static_cast<double>(o_.profile.kv_bytes_per_token));
+  // The KV leaves for the decode replica once prefill is done; the prefill
+  // replica's GPU is free at prefill_end (the transfer does not hold it).
+  auto transfer_s = pd_transfer(pi, id, keys, scale);
+  if (!transfer_s.ok()) return transfer_s.status();
+  const double first_token = prefill_end + *transfer_s + engine_.decode_seconds(1);
   f.ttft_s = first_token - f.dispatch_s;
   push(prefill_end, EvKind::kPrefillFree, static_cast<uint32_t>(pi));
   const uint32_t out = std::max<uint32_t>(r.output_tokens, 1);
@@ -463,6 +529,12 @@ Result<CaseResult> Run::run() {
     res_.device_read_bytes = st.disk.bytes_read;
     res_.device_writes = st.disk.region_writes;
     res_.device_write_bytes = st.disk.bytes_written;
+  }
+  for (const auto& rx : receivers_) {
+    const auto s = rx->stats();
+    res_.pd_received_bytes += s.frame_bytes;
+    res_.pd_blocks_verified += s.blocks_verified;
+    res_.verify_failures += s.rejected_frames + s.truncated;
   }
   res_.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   store_.reset();

@@ -5,9 +5,16 @@
 // Store with its RAM tier and a disk tier on O_DIRECT volume files) and its
 // measured wall time, multiplied by the profile's byte scale, is charged to
 // the virtual clock. So the store's own CPU and I/O costs are what the run
-// measures, while think times of seconds cost no wall time.
+// measures, while think times of seconds cost no wall time. The
+// prefill-to-decode transfer is real too (unless options.pd_transfer is
+// kModeled): each request's KV blocks go over loopback TCP to a receiver
+// owned by its decode replica (serve/kv_transfer.h), and the measured time,
+// scaled like the store's, is charged between prefill and first token.
 //
-// Thread-safety: a run owns everything it creates; runs are sequential.
+// Thread-safety: a run owns everything it creates; runs are sequential. The
+// event loop makes every store call and PD send itself (each measured time
+// decides when the next event happens); only the decode replicas' receivers
+// run on threads of their own.
 #pragma once
 
 #include <cstdint>
@@ -55,7 +62,17 @@ struct CaseResult {
   uint64_t ram_evictions = 0, ram_eviction_bytes = 0;
   uint64_t device_reads = 0, device_read_bytes = 0;
   uint64_t device_writes = 0, device_write_bytes = 0;
-  uint64_t network_bytes = 0;  // prefill-to-decode transfer (deployment bytes)
+  // Prefill-to-decode transfer. network_bytes are stored bytes (multiply by
+  // byte_scale): with "loopback", the frame bytes the prefill replicas wrote
+  // to their sockets; with "modeled", the KV of the prompts at the stored
+  // size (nothing is sent).
+  std::string pd_transfer = "loopback";
+  uint64_t network_bytes = 0;
+  uint64_t pd_frames = 0, pd_payload_bytes = 0;
+  // What the decode replicas' receivers read and verified (loopback only).
+  uint64_t pd_received_bytes = 0, pd_blocks_verified = 0;
+  double pd_wall_s = 0;     // measured transfer time (loopback)
+  double pd_charged_s = 0;  // the transfer time charged to first tokens
   // Routing.
   uint64_t later_turns = 0, stayed_turns = 0;
   std::vector<uint64_t> pair_counts;

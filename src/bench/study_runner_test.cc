@@ -30,10 +30,12 @@ CaseResult run_case(const Workload& w, StudyCase c, const StudyOptions& o, uint3
 }
 
 TEST(StudyRunner, RecomputeTimesFollowTheProfile) {
-  // One session, two turns, no reuse possible in A: each request's TTFT is
-  // its modeled prefill + PD transfer + one decode step.
+  // One session, two turns, no reuse possible in A: with the modeled PD
+  // transfer each request's TTFT is its modeled prefill + PD transfer + one
+  // decode step.
   auto w = testing::tiny_workload(1, 2, 10, 2, 0);
   auto o = small_options();
+  o.pd_transfer = PdTransferMode::kModeled;
   auto r = run_case(w, StudyCase::kA, o, 1, 0);
   ASSERT_EQ(r.completed, 2u);
   engine::ModeledEngine e(o.profile);
@@ -43,6 +45,53 @@ TEST(StudyRunner, RecomputeTimesFollowTheProfile) {
   EXPECT_NEAR(r.ttft_s[0], expect, 1e-9);
   EXPECT_EQ(r.hbm_hit_blocks + r.store_hit_blocks, 0u);
   EXPECT_EQ(r.computed_blocks, r.prompt_blocks);
+  EXPECT_EQ(r.pd_transfer, "modeled");
+  EXPECT_EQ(r.pd_frames, 0u);
+  const auto& t1 = w.sessions[0].turns[1];
+  EXPECT_EQ(r.network_bytes,
+            uint64_t{t0.prompt_tokens + t1.prompt_tokens} * o.profile.stored_kv_bytes_per_token);
+}
+
+TEST(StudyRunner, LoopbackTransferTimeIsChargedToTheFirstToken) {
+  // One request in A: its TTFT is prefill + the measured loopback transfer
+  // x the byte scale + one decode step.
+  auto w = testing::tiny_workload(1, 1, 40, 0, 0);
+  auto o = small_options();
+  auto r = run_case(w, StudyCase::kA, o, 1, 0);
+  ASSERT_EQ(r.completed, 1u);
+  EXPECT_EQ(r.pd_transfer, "loopback");
+  ASSERT_EQ(r.pd_frames, 1u);
+  EXPECT_GT(r.pd_wall_s, 0);
+  EXPECT_NEAR(r.pd_charged_s, r.pd_wall_s * o.profile.byte_scale(), 1e-9);
+  engine::ModeledEngine e(o.profile);
+  const auto& t0 = w.sessions[0].turns[0];
+  EXPECT_NEAR(r.ttft_s[0],
+              e.prefill_seconds(t0.prompt_tokens, 0) + r.pd_charged_s + e.decode_seconds(1), 1e-9);
+}
+
+TEST(StudyRunner, NetworkBytesAreTheBytesTheReceiversVerified) {
+  auto w = testing::tiny_workload(6, 3, 12, 3);
+  auto o = small_options();
+  o.decode_replicas = 3;
+  for (auto c : {StudyCase::kA, StudyCase::kC}) {
+    SCOPED_TRACE(case_spec(c).letter);
+    auto r = run_case(w, c, o, 4, 0);
+    ASSERT_EQ(r.completed, w.request_count());
+    EXPECT_EQ(r.pd_frames, w.request_count());
+    EXPECT_GT(r.network_bytes, 0u);
+    EXPECT_EQ(r.network_bytes, r.pd_received_bytes);
+    // Every prompt block crossed once, at its stored size, and checked out.
+    EXPECT_EQ(r.pd_blocks_verified, r.prompt_blocks);
+    EXPECT_EQ(r.pd_payload_bytes, r.prompt_blocks * r.block_bytes);
+    EXPECT_EQ(r.network_bytes, r.pd_payload_bytes + r.pd_frames * (48 + 4) + r.prompt_blocks * 24);
+    EXPECT_EQ(r.verify_failures, 0u);
+    // All three decode replicas took part.
+    for (size_t d = 0; d < 3; ++d) {
+      uint64_t n = 0;
+      for (size_t p = 0; p < o.prefill_replicas; ++p) n += r.pair_counts[p * 3 + d];
+      EXPECT_GT(n, 0u) << "decode " << d;
+    }
+  }
 }
 
 TEST(StudyRunner, SharedRamLoadsVerifiedBlocksAndCountsReuse) {

@@ -25,6 +25,34 @@ TEST(KvContent, VerifiesOwnBytesAndRejectsOthers) {
   EXPECT_FALSE(verify_kv_block(key(1), a));
 }
 
+// The content is a contract between whoever writes a block and whoever
+// checks it (store, PD transfer): the vectorised paths must produce exactly
+// the bytes of this word-by-word reference, for every length.
+TEST(KvContent, BytesMatchTheWordByWordReference) {
+  auto reference_word = [](const kv::Key128& k, uint64_t i) {
+    uint64_t x = k.lo ^ (i * 0x9E3779B97F4A7C15ull);
+    x ^= x >> 29;
+    x *= 0xBF58476D1CE4E5B9ull;
+    return x ^ k.hi ^ (x >> 32);
+  };
+  for (size_t len : {0, 1, 7, 8, 9, 63, 64, 65, 1000, 4096, 32768 + 5}) {
+    SCOPED_TRACE(len);
+    const kv::Key128 k = key(len + 3);
+    std::vector<std::byte> got(len), want(len);
+    fill_kv_block(k, got);
+    for (size_t i = 0; i < len; ++i) {
+      const uint64_t w = reference_word(k, i / 8);
+      want[i] = static_cast<std::byte>(w >> (8 * (i % 8)));
+    }
+    EXPECT_EQ(got, want);
+    EXPECT_TRUE(verify_kv_block(k, got));
+    if (len > 0) {
+      got[len / 2] ^= std::byte{1};
+      EXPECT_FALSE(verify_kv_block(k, got));
+    }
+  }
+}
+
 TEST(HbmPrefixPool, LongestPrefixAndLruEviction) {
   HbmPrefixPool pool(4);
   std::vector<kv::Key128> s1 = {key(1), key(2), key(3)};

@@ -26,6 +26,7 @@ struct StudyCli {
   std::string protocol = "both";
   std::string cases = "ABCDEF";
   std::string trace;
+  std::string pd_transfer = "loopback";
   std::string report_dir;
   std::string plot_script;
   uint32_t sessions = 256;
@@ -107,6 +108,10 @@ int run_study_cli(StudyCli cli) {
   o.study.profile = *profile;
   o.study.ram_bytes = static_cast<uint64_t>(cli.ram_gib * (1ull << 30));
   o.study.disk_bytes = static_cast<uint64_t>(cli.disk_tib * (1ull << 40));
+  if (!bench::parse_pd_transfer_mode(cli.pd_transfer, &o.study.pd_transfer)) {
+    std::fprintf(stderr, "kvtier bench study: --pd-transfer is loopback or modeled\n");
+    return 2;
+  }
   o.cases.clear();
   for (char ch : cli.cases) {
     bench::StudyCase c;
@@ -290,6 +295,12 @@ void add_study_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--volume-dir", cli->run.study.volume_dir,
                   "Directory for the volume files (O_DIRECT capable, not tmpfs); removed after")
+      ->capture_default_str();
+  cmd->add_option("--pd-transfer", cli->pd_transfer,
+                  "Prefill-to-decode KV transfer: loopback (each request's KV blocks really sent "
+                  "over loopback TCP to its decode replica, which verifies them; the measured "
+                  "time x the byte scale is charged) or modeled (the profile's link rate, "
+                  "nothing sent)")
       ->capture_default_str();
   cmd->add_option("--seed", cli->run.study.seed, "Seed of the workload and the schedulers")
       ->capture_default_str();
