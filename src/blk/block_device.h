@@ -81,10 +81,11 @@ class BlockDevice {
   virtual DeviceStats stats() const = 0;
 
   // Blocking helpers built on the asynchronous calls (for tools and tests;
-  // never call them from a completion callback).
-  Status read_sync(uint64_t offset, MutableByteView dst);
+  // never call them from a completion callback). A device whose commands
+  // block a thread anyway may run a blocking read or write on the caller's.
+  virtual Status read_sync(uint64_t offset, MutableByteView dst);
   Status readv_sync(uint64_t offset, std::span<const MutableByteView> parts);
-  Status write_sync(uint64_t offset, ByteView src);
+  virtual Status write_sync(uint64_t offset, ByteView src);
   Status flush_sync();
   Status trim_sync(uint64_t offset, uint64_t length);
 

@@ -563,6 +563,11 @@ Status NvmeTcpDevice::establish() {
   const uint8_t mdts = id[77];
   max_transfer_ =
       mdts ? std::min<uint32_t>(4096u << std::min<uint8_t>(mdts, 12), 8u << 20) : (8u << 20);
+  // IOCCSZ (16-byte units) sizes the I/O capsule: what is left after the
+  // 64-byte command may carry write data, which then needs no R2T round
+  // trip (the kernel host does the same).
+  const uint32_t ioccsz = get32(&id[1792]);
+  inline_write_max_ = ioccsz > 4 ? std::min<uint32_t>((ioccsz - 4) * 16, kMaxInlineWrite) : 0;
   Command nq;  // Set Features: Number of Queues
   nq.sqe = make_sqe(0x09, 0, 0);
   put32(&nq.sqe[40], 0x07);
@@ -718,6 +723,32 @@ void NvmeTcpDevice::write(uint64_t offset, ByteView src, blk::IoCallback cb) {
   });
 }
 
+Status NvmeTcpDevice::read_sync(uint64_t offset, MutableByteView dst) {
+  Status st = check_io(offset, dst.size(), dst.data());
+  if (st.ok()) st = read_blocking(offset, dst);
+  finish(
+      st,
+      [n = dst.size()](blk::DeviceStats& s) {
+        s.reads++;
+        s.bytes_read += n;
+      },
+      [](Status) {});
+  return st;
+}
+
+Status NvmeTcpDevice::write_sync(uint64_t offset, ByteView src) {
+  Status st = check_io(offset, src.size(), src.data());
+  if (st.ok()) st = write_blocking(offset, src);
+  finish(
+      st,
+      [n = src.size()](blk::DeviceStats& s) {
+        s.writes++;
+        s.bytes_written += n;
+      },
+      [](Status) {});
+  return st;
+}
+
 void NvmeTcpDevice::flush(blk::IoCallback cb) {
   submitters_->post([this, cb = std::move(cb)] {
     finish(
@@ -767,7 +798,8 @@ Status NvmeTcpDevice::write_blocking(uint64_t offset, ByteView src) {
   for (uint64_t done = 0; st.ok() && done < src.size();) {
     const uint32_t n = uint32_t(std::min<uint64_t>(src.size() - done, max_transfer_));
     Command c;
-    c.sqe = make_sqe(0x01, opt_.nsid, n);
+    c.in_capsule = n <= inline_write_max_;
+    c.sqe = make_sqe(0x01, opt_.nsid, n, c.in_capsule ? 0x01 : 0x5A);
     put64(&c.sqe[40], (offset + done) / block_size_);
     put32(&c.sqe[48], n / block_size_ - 1);
     c.out = src.subspan(done, n);

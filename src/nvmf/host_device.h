@@ -80,6 +80,10 @@ class NvmeTcpDevice : public blk::BlockDevice {
   void write(uint64_t offset, ByteView src, blk::IoCallback cb) override;
   void flush(blk::IoCallback cb) override;
   void trim(uint64_t offset, uint64_t length, blk::IoCallback cb) override;
+  // A caller that waits anyway runs its command on its own thread, without
+  // the hand-off to a submitter.
+  Status read_sync(uint64_t offset, MutableByteView dst) override;
+  Status write_sync(uint64_t offset, ByteView src) override;
   blk::DeviceStats stats() const override;
 
   uint64_t reconnects() const { return reconnects_; }
@@ -110,6 +114,9 @@ class NvmeTcpDevice : public blk::BlockDevice {
   uint32_t block_size_ = 0;
   uint64_t capacity_ = 0;
   uint32_t max_transfer_ = 0;
+  // Writes up to this many bytes go in the command capsule (0: never).
+  static constexpr uint32_t kMaxInlineWrite = 128u << 10;
+  uint32_t inline_write_max_ = 0;
   uint16_t cntlid_ = 0;
 
   mutable std::mutex state_mu_;  // guards the fields below and (re)connection

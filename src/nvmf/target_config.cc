@@ -58,8 +58,8 @@ Status validate_target_config(const TargetConfig& c) {
   if (c.maxh2cdata < 4096 || c.maxh2cdata % 4 || c.maxh2cdata > c.max_transfer) {
     return Status::invalid_argument("maxh2cdata must be a multiple of 4 in 4096..max_transfer");
   }
-  if (c.in_capsule_data < 1024 || c.in_capsule_data > 65536 || c.in_capsule_data % 16) {
-    return Status::invalid_argument("in_capsule_data must be a multiple of 16 in 1024..65536");
+  if (c.in_capsule_data < 1024 || c.in_capsule_data > 131072 || c.in_capsule_data % 16) {
+    return Status::invalid_argument("in_capsule_data must be a multiple of 16 in 1024..131072");
   }
   return Status::ok_status();
 }

@@ -29,9 +29,11 @@ struct TargetConfig {
   std::string address = "127.0.0.1";  // loopback unless configured
   uint16_t port = 4420;               // 0: pick a free port (tests)
   std::vector<SubsystemConfig> subsystems;
-  uint32_t max_io_queues = 8;        // per controller
-  uint32_t queue_depth = 128;        // MQES + 1 and MAXCMD
-  uint32_t in_capsule_data = 8192;   // bytes of write data accepted in a capsule
+  uint32_t max_io_queues = 8;  // per controller
+  uint32_t queue_depth = 128;  // MQES + 1 and MAXCMD
+  // Bytes of write data accepted in a capsule: writes up to this size skip the
+  // R2T round trip (hosts read it from IOCCSZ).
+  uint32_t in_capsule_data = 131072;
   uint32_t max_transfer = 1u << 20;  // MDTS, a power of two >= 4 KiB
   uint32_t maxh2cdata = 1u << 20;    // largest H2CData PDU we accept
 };
