@@ -312,18 +312,9 @@ Result<TransferOutcome> KvTransferSender::send_blocks(uint16_t port, uint64_t re
   auto fd = connection(port);
   if (!fd.ok()) return fd.status();
   const auto t0 = Clock::now();
-  PdFrameHeader h;
-  h.request_id = request_id;
-  h.ns_digest = ns_digest;
-  h.block_count = static_cast<uint32_t>(keys.size());
-  std::vector<PdBlockEntry> entries(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    entries[i] = {keys[i], static_cast<uint32_t>(blocks[i].size()), crc32c(blocks[i])};
-    h.payload_bytes += blocks[i].size();
-  }
-  std::vector<std::byte> head(kPdHeaderSize);
-  encode_pd_header(h, std::span<std::byte, kPdHeaderSize>(head.data(), kPdHeaderSize));
-  encode_pd_table(entries, &head);
+  std::vector<std::byte> head = encode_pd_head(request_id, ns_digest, keys, blocks);
+  uint64_t payload_bytes = 0;
+  for (const auto& b : blocks) payload_bytes += b.size();
   std::vector<iovec> iov;
   iov.reserve(blocks.size() + 1);
   iov.push_back({head.data(), head.size()});
@@ -331,9 +322,9 @@ Result<TransferOutcome> KvTransferSender::send_blocks(uint16_t port, uint64_t re
     if (!b.empty()) iov.push_back({const_cast<std::byte*>(b.data()), b.size()});
   }
   TransferOutcome out;
-  out.blocks = h.block_count;
-  out.payload_bytes = h.payload_bytes;
-  out.frame_bytes = head.size() + h.payload_bytes;
+  out.blocks = static_cast<uint32_t>(keys.size());
+  out.payload_bytes = payload_bytes;
+  out.frame_bytes = head.size() + payload_bytes;
   if (auto st = write_all(*fd, std::move(iov)); !st.ok()) {
     drop(port);
     return st;

@@ -227,6 +227,14 @@ Result<PdAck> decode_pd_ack(ByteView in) {
 std::vector<std::byte> encode_pd_frame(uint64_t request_id, const kv::Key128& ns_digest,
                                        std::span<const kv::Key128> keys,
                                        std::span<const ByteView> blocks) {
+  std::vector<std::byte> out = encode_pd_head(request_id, ns_digest, keys, blocks);
+  for (const auto& b : blocks) out.insert(out.end(), b.begin(), b.end());
+  return out;
+}
+
+std::vector<std::byte> encode_pd_head(uint64_t request_id, const kv::Key128& ns_digest,
+                                      std::span<const kv::Key128> keys,
+                                      std::span<const ByteView> blocks) {
   PdFrameHeader h;
   h.request_id = request_id;
   h.ns_digest = ns_digest;
@@ -239,7 +247,6 @@ std::vector<std::byte> encode_pd_frame(uint64_t request_id, const kv::Key128& ns
   std::vector<std::byte> out(kPdHeaderSize);
   encode_pd_header(h, std::span<std::byte, kPdHeaderSize>(out.data(), kPdHeaderSize));
   encode_pd_table(entries, &out);
-  for (const auto& b : blocks) out.insert(out.end(), b.begin(), b.end());
   return out;
 }
 

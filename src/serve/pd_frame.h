@@ -110,6 +110,12 @@ void encode_pd_ack(const PdAck& a, std::span<std::byte, kPdAckSize> out);
 Result<PdAck> decode_pd_ack(ByteView in);
 
 // A whole frame in one buffer (tests, the fuzzer): header, table, payloads.
+// The header and block table of a frame for `blocks` (one per key): what
+// precedes the block bytes on the wire.
+std::vector<std::byte> encode_pd_head(uint64_t request_id, const kv::Key128& ns_digest,
+                                      std::span<const kv::Key128> keys,
+                                      std::span<const ByteView> blocks);
+
 std::vector<std::byte> encode_pd_frame(uint64_t request_id, const kv::Key128& ns_digest,
                                        std::span<const kv::Key128> keys,
                                        std::span<const ByteView> blocks);
