@@ -11,10 +11,10 @@ constexpr auto kAcquire = std::memory_order_acquire;
 constexpr auto kRelaxed = std::memory_order_relaxed;
 }  // namespace
 
-RamTier::RamTier(uint64_t capacity_bytes, uint32_t slot_bytes)
+RamTier::RamTier(uint64_t capacity_bytes, uint32_t slot_bytes, bool shared_arena)
     : slot_bytes_(static_cast<uint32_t>(align_up(slot_bytes, 64))),
       slot_count_(slot_bytes_ == 0 ? 0 : static_cast<uint32_t>(capacity_bytes / slot_bytes_)),
-      arena_(static_cast<size_t>(slot_count_) * slot_bytes_, kDirectIoAlignment),
+      arena_(static_cast<size_t>(slot_count_) * slot_bytes_, shared_arena),
       meta_(std::make_unique<Meta[]>(slot_count_)) {
   free_.reserve(slot_count_);
   // Hand out low slots first: they are the ones already faulted in.

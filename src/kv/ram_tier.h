@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/buffer.h"
+#include "common/shared_arena.h"
 #include "kv/block_key.h"
 
 namespace kvtier::kv {
@@ -29,11 +30,16 @@ namespace kvtier::kv {
 class RamTier {
  public:
   // `capacity_bytes / slot_bytes` slots; zero slots is a valid, disabled tier.
-  RamTier(uint64_t capacity_bytes, uint32_t slot_bytes);
+  // `shared_arena`: the slots live in a sealed memfd that same-host clients
+  // may map read-only (arena_fd()), to copy leased blocks out themselves.
+  RamTier(uint64_t capacity_bytes, uint32_t slot_bytes, bool shared_arena = false);
 
   uint32_t slot_count() const { return slot_count_; }
   uint32_t slot_bytes() const { return slot_bytes_; }
   uint64_t arena_bytes() const { return arena_.size(); }
+  // The arena's memfd (read-only to whoever maps it later), or -1.
+  int arena_fd() const { return arena_.fd(); }
+  uint64_t slot_offset(uint32_t slot) const { return static_cast<uint64_t>(slot) * slot_bytes_; }
 
   // Takes a free slot (state kFilling), or nothing when all are in use.
   std::optional<uint32_t> allocate();
@@ -94,7 +100,7 @@ class RamTier {
 
   uint32_t slot_bytes_;
   uint32_t slot_count_;
-  AlignedBuffer arena_;
+  SharedArena arena_;
   std::unique_ptr<Meta[]> meta_;
 
   std::mutex free_mu_;

@@ -135,7 +135,7 @@ Status Store::init() {
     return Status::invalid_argument("a store needs a RAM tier, a volume, or both");
   }
   m_ = std::make_unique<Metrics>(metrics_);
-  ram_ = std::make_unique<RamTier>(opts_.ram_bytes, opts_.max_object_bytes);
+  ram_ = std::make_unique<RamTier>(opts_.ram_bytes, opts_.max_object_bytes, opts_.share_ram_arena);
   uint64_t capacity = opts_.index_capacity;
   if (capacity == 0) {
     capacity = ram_->slot_count() + 1024;
@@ -582,6 +582,34 @@ Result<std::vector<GetResult>> Store::batch_get(uint16_t ns, std::span<const Bat
   m_->get_latency.record(now_ns() - t0);
   return results;
 }
+
+Result<std::optional<RamLease>> Store::lease_ram(uint16_t ns, const Key128& key) {
+  KVTIER_RETURN_IF_ERROR(check_open());
+  KVTIER_RETURN_IF_ERROR(check_ns(ns));
+  KVTIER_RETURN_IF_ERROR(check_key(key));
+  const uint64_t t0 = now_ns();
+  // A slot being demoted or reused fails the lease: look again a few times,
+  // as get() does, then let the caller fall back to get().
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    auto rec = index_->find(key);
+    if (!rec || rec->ns != ns || !rec->in_ram()) return std::optional<RamLease>();
+    if (ram_->try_lease(rec->ram_slot, key, ns)) {
+      RamLease lease{rec->ram_slot, ram_->slot_offset(rec->ram_slot), ram_->length(rec->ram_slot)};
+      m_->hits_ram.add();
+      m_->get_bytes.add(lease.length);
+      m_->get_latency.record(now_ns() - t0);
+      return std::optional<RamLease>(lease);
+    }
+    if (attempt > 8) std::this_thread::yield();
+  }
+  return std::optional<RamLease>();
+}
+
+void Store::release_ram_lease(uint32_t slot) { ram_->release(slot); }
+
+int Store::ram_arena_fd() const { return ram_->arena_fd(); }
+
+uint64_t Store::ram_arena_bytes() const { return ram_->arena_bytes(); }
 
 Result<MatchResult> Store::match_prefix(uint16_t ns, std::span<const Key128> keys) {
   KVTIER_RETURN_IF_ERROR(check_open());

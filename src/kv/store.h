@@ -69,6 +69,11 @@ struct StoreOptions {
   std::shared_ptr<blk::BlockDevice> volume;  // null = no disk tier
   DiskTierOptions disk;
   bool promote_on_disk_hit = true;
+  // Put the RAM tier in a sealed memfd that same-host clients map read-only
+  // and copy leased blocks from (lease_ram). Off: private memory with huge
+  // pages. A client that maps the arena can read every block in RAM, of
+  // every namespace: turn it off where tenants on one host must not.
+  bool share_ram_arena = false;
   uint64_t io_timeout_ms = 2000;
   // Index capacity in blocks; 0 = RAM slots + volume bytes / object size.
   uint64_t index_capacity = 0;
@@ -100,6 +105,14 @@ struct MatchResult {
   size_t ram_blocks = 0;    // of those, in RAM
   size_t disk_blocks = 0;   // of those, on disk only
   std::vector<Tier> tiers;  // per matched block
+};
+
+// A read lease on a block's RAM copy (Store::lease_ram): its bytes stay at
+// [offset, offset + length) of the RAM arena until the lease is released.
+struct RamLease {
+  uint32_t slot = 0;
+  uint64_t offset = 0;
+  uint32_t length = 0;
 };
 
 struct BatchGetItem {
@@ -136,6 +149,16 @@ class Store {
   // Reads every item with the disk reads in flight together.
   Result<std::vector<GetResult>> batch_get(uint16_t ns, std::span<const BatchGetItem> items);
   Result<MatchResult> match_prefix(uint16_t ns, std::span<const Key128> keys);
+
+  // Direct reads (a same-host client copies the block out of the shared RAM
+  // arena itself): a lease on `key`'s RAM copy, counted as a RAM hit, or
+  // nullopt when the block is not in RAM (then use get(), which reads the
+  // disk tier and counts the miss). Every lease must be released once.
+  Result<std::optional<RamLease>> lease_ram(uint16_t ns, const Key128& key);
+  void release_ram_lease(uint32_t slot);
+  // The RAM arena's sealed memfd (see StoreOptions::share_ram_arena), or -1.
+  int ram_arena_fd() const;
+  uint64_t ram_arena_bytes() const;
   // Drops a block from every tier. Returns whether it was present.
   Result<bool> remove(uint16_t ns, const Key128& key);
   // Protects the RAM copies of `keys` from eviction for `ttl_ms` (a session

@@ -533,6 +533,25 @@ void fields(Io& io, ShmGetResponse& m) {
   get_outcome(io, m.result);
 }
 template <typename Io>
+void fields(Io& io, ShmLeaseGetRequest& m) {
+  io.u16(m.ns, "ns");
+  io.key(m.key, "key");
+  io.u64(m.offset, "offset");
+  io.u32(m.buffer_bytes, "buffer_bytes");
+}
+template <typename Io>
+void fields(Io& io, ShmLeaseGetResponse& m) {
+  get_outcome(io, m.result);
+  io.template enumeration<1>(m.placement, 0, static_cast<uint64_t>(ShmPlacement::kArena),
+                             "placement");
+  io.u64(m.arena_offset, "arena_offset");
+  io.u32(m.lease, "lease");
+}
+template <typename Io>
+void fields(Io& io, ShmReleaseRequest& m) {
+  io.items(m.leases, kMaxShmReleases, 4, "leases", [&](uint32_t& l) { io.u32(l, "lease"); });
+}
+template <typename Io>
 void fields(Io& io, StatsResponse& m) {
   io.items(m.counters, kMaxStatsCounters, 2 + 8, "counters", [&](StatCounter& c) {
     io.str(c.name, kMaxNameBytes, "counter.name");
@@ -603,6 +622,19 @@ Status check(const ShmPutRequest& m) { return check_data_bytes(m.length, "shm pu
 Status check(const ShmGetResponse& m) {
   KVTIER_RETURN_IF_ERROR(check_get_outcome(m.result));
   return check_data_bytes(m.result.length, "shm get length");
+}
+Status check(const ShmLeaseGetResponse& m) {
+  KVTIER_RETURN_IF_ERROR(check_get_outcome(m.result));
+  KVTIER_RETURN_IF_ERROR(check_data_bytes(m.result.length, "shm lease get length"));
+  // A hit says where its bytes are; a miss names no place and no lease.
+  if (m.result.hit != (m.placement != ShmPlacement::kNone)) {
+    return bad_value("placement " + std::to_string(static_cast<int>(m.placement)) + " for a " +
+                     (m.result.hit ? "hit" : "miss"));
+  }
+  if (m.placement != ShmPlacement::kArena && (m.arena_offset != 0 || m.lease != 0)) {
+    return bad_value("arena_offset or lease set on a block that is not leased");
+  }
+  return Status::ok_status();
 }
 Status check(const StatsResponse& m) { return check_data_bytes(m.json_bytes, "json_bytes"); }
 
@@ -717,8 +749,10 @@ ProtocolError protocol_error_of(const Status& st) {
 bool is_known_message_type(uint16_t type) {
   uint16_t base = type & 0x7FFFu;
   if (type == static_cast<uint16_t>(MessageType::kErrorResponse)) return true;
+  // ShmRelease is one-way: there is no response type for it.
+  if (type == (static_cast<uint16_t>(MessageType::kShmReleaseRequest) | 0x8000u)) return false;
   return base >= static_cast<uint16_t>(MessageType::kHelloRequest) &&
-         base <= static_cast<uint16_t>(MessageType::kShmGetRequest);
+         base <= static_cast<uint16_t>(MessageType::kShmReleaseRequest);
 }
 
 bool message_type_carries_data(MessageType t) {
@@ -792,6 +826,12 @@ const char* message_type_name(MessageType t) {
       return "ShmGetRequest";
     case MessageType::kShmGetResponse:
       return "ShmGetResponse";
+    case MessageType::kShmLeaseGetRequest:
+      return "ShmLeaseGetRequest";
+    case MessageType::kShmLeaseGetResponse:
+      return "ShmLeaseGetResponse";
+    case MessageType::kShmReleaseRequest:
+      return "ShmReleaseRequest";
     case MessageType::kErrorResponse:
       return "ErrorResponse";
   }
@@ -953,6 +993,9 @@ KVTIER_NET_DEFINE_CODEC(ShmPutRequest)
 KVTIER_NET_DEFINE_CODEC(ShmPutResponse)
 KVTIER_NET_DEFINE_CODEC(ShmGetRequest)
 KVTIER_NET_DEFINE_CODEC(ShmGetResponse)
+KVTIER_NET_DEFINE_CODEC(ShmLeaseGetRequest)
+KVTIER_NET_DEFINE_CODEC(ShmLeaseGetResponse)
+KVTIER_NET_DEFINE_CODEC(ShmReleaseRequest)
 KVTIER_NET_DEFINE_CODEC(ErrorResponse)
 #undef KVTIER_NET_DEFINE_CODEC
 
@@ -1106,6 +1149,9 @@ Result<Message> decode_message(const FrameHeader& h, ByteView descriptor) {
     KVTIER_NET_CASE(ShmPutResponse)
     KVTIER_NET_CASE(ShmGetRequest)
     KVTIER_NET_CASE(ShmGetResponse)
+    KVTIER_NET_CASE(ShmLeaseGetRequest)
+    KVTIER_NET_CASE(ShmLeaseGetResponse)
+    KVTIER_NET_CASE(ShmReleaseRequest)
     KVTIER_NET_CASE(ErrorResponse)
 #undef KVTIER_NET_CASE
     default:

@@ -118,6 +118,8 @@ enum class MessageType : uint16_t {
   kShmOfferRequest = 0x000C,
   kShmPutRequest = 0x000D,
   kShmGetRequest = 0x000E,
+  kShmLeaseGetRequest = 0x000F,  // direct channel only
+  kShmReleaseRequest = 0x0010,   // direct channel only; has no response
   kHelloResponse = 0x8001,
   kRegisterNamespaceResponse = 0x8002,
   kPutResponse = 0x8003,
@@ -132,6 +134,7 @@ enum class MessageType : uint16_t {
   kShmOfferResponse = 0x800C,
   kShmPutResponse = 0x800D,
   kShmGetResponse = 0x800E,
+  kShmLeaseGetResponse = 0x800F,
   kErrorResponse = 0xFFFF,
 };
 
@@ -446,6 +449,43 @@ struct ShmGetResponse {
   KVTIER_NET_MESSAGE(ShmGetResponse) = default;
 };
 
+// ---- Direct channel (docs/protocol-store.md, "Direct channel") ----
+//
+// A Unix stream socket a same-host client keeps open next to its TCP
+// connection, answered by a server thread of its own: no TCP stack and no
+// thread hand-offs on either side. Besides ShmPut and ShmGet it carries
+// ShmLeaseGet, whose RAM hits are not copied by the server at all: the
+// server leases the block's RAM slot and names where it lies in the RAM
+// arena the client mapped read-only; the client copies it out and then
+// releases the lease with a ShmRelease (one-way: no response).
+enum class ShmPlacement : uint8_t {
+  kNone = 0,   // a miss
+  kArea = 1,   // copied into the client's area at the request's offset
+  kArena = 2,  // leased in the server's RAM arena at arena_offset
+};
+struct ShmLeaseGetRequest {
+  uint16_t ns = 0;
+  kv::Key128 key;
+  uint64_t offset = 0;        // where a hit that is not leased goes (as ShmGet)
+  uint32_t buffer_bytes = 0;  // room there and in the caller's buffer
+  uint64_t data_bytes() const { return 0; }
+  KVTIER_NET_MESSAGE(ShmLeaseGetRequest) = default;
+};
+struct ShmLeaseGetResponse {
+  GetOutcome result;
+  ShmPlacement placement = ShmPlacement::kNone;  // kNone exactly for a miss
+  uint64_t arena_offset = 0;                     // kArena: the block's first byte
+  uint32_t lease = 0;                            // kArena: what ShmRelease names
+  uint64_t data_bytes() const { return 0; }
+  KVTIER_NET_MESSAGE(ShmLeaseGetResponse) = default;
+};
+constexpr uint32_t kMaxShmReleases = 256;
+struct ShmReleaseRequest {
+  std::vector<uint32_t> leases;  // <= kMaxShmReleases
+  uint64_t data_bytes() const { return 0; }
+  KVTIER_NET_MESSAGE(ShmReleaseRequest) = default;
+};
+
 // A request that could not be served (bad namespace handle, buffer too
 // small, not authenticated, ...). Misses are not errors.
 struct ErrorResponse {
@@ -467,7 +507,7 @@ using Message =
                  MatchPrefixResponse, RemoveRequest, RemoveResponse, PinRequest, PinResponse,
                  UnpinRequest, UnpinResponse, StatsRequest, StatsResponse, ShmOfferRequest,
                  ShmOfferResponse, ShmPutRequest, ShmPutResponse, ShmGetRequest, ShmGetResponse,
-                 ErrorResponse>;
+                 ShmLeaseGetRequest, ShmLeaseGetResponse, ShmReleaseRequest, ErrorResponse>;
 
 MessageType message_type_of(const Message& m);
 

@@ -143,6 +143,15 @@ constexpr const char* kGoldenGetResponse =
     "4b5653500100048000000000070000000200000000000000040000004f1c2f47310ac8929b70c541"
     "0101000400000061626364";
 
+// The direct channel's lease answer and one-way release
+// (docs/protocol-store.md, "Direct channel").
+constexpr const char* kGoldenShmLeaseGetResponse =
+    "4b56535001000f800000000014000000070000000000000000000000efeeafd500000000c3e1d387"
+    "0101000000180002000000300000000000020000";
+constexpr const char* kGoldenShmRelease =
+    "4b565350010010000000000008000000080000000000000000000000a09d7b8a0000000088fe6ba5"
+    "0100000000020000";
+
 HelloRequest golden_hello() { return {1, 1, "prefill-0", "s3cret"}; }
 GetRequest golden_get() {
   return {1, key(0x0123456789abcdefull, 0xfedcba9876543210ull), 1536u << 10};
@@ -171,6 +180,12 @@ void expect_golden(const Message& m, uint64_t rid, const Bytes& data, const char
 TEST(ProtocolGolden, Hello) { expect_golden(golden_hello(), 1, {}, kGoldenHello); }
 TEST(ProtocolGolden, Get) { expect_golden(golden_get(), 2, {}, kGoldenGet); }
 TEST(ProtocolGolden, MatchPrefixThreeKeys) { expect_golden(golden_match(), 3, {}, kGoldenMatch); }
+TEST(ProtocolGolden, ShmLeaseGetResponseAndRelease) {
+  ShmLeaseGetResponse lease{GetOutcome{true, kv::Tier::kRam, kv::MissReason::kNone, 1536u << 10},
+                            ShmPlacement::kArena, 0x30000000, 512};
+  expect_golden(lease, 7, {}, kGoldenShmLeaseGetResponse);
+  expect_golden(ShmReleaseRequest{{512}}, 8, {}, kGoldenShmRelease);
+}
 TEST(ProtocolGolden, GetResponseWithData) {
   expect_golden(golden_get_response(), 2, str_bytes("abcd"), kGoldenGetResponse);
 }
@@ -508,7 +523,7 @@ TEST(ProtocolMalformed, UnknownFlags) {
 }
 
 TEST(ProtocolMalformed, UnknownType) {
-  for (uint16_t type : {0x0000, 0x000F, 0x0042, 0x8000, 0x800F, 0x7FFF, 0xFFFE}) {
+  for (uint16_t type : {0x0000, 0x0011, 0x0042, 0x8000, 0x8010, 0x8011, 0x7FFF, 0xFFFE}) {
     RawFrame f = raw_get();
     f.type = type;
     EXPECT_EQ(err(header_only(f)), ProtocolError::kUnknownType) << type;

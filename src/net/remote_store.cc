@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "net/shm_area.h"
+#include "net/shm_channel_client.h"
 #include "net/store_server.h"  // FrameStreamReader
 
 namespace kvtier::net {
@@ -171,7 +172,8 @@ enum class CallError { kNone, kUnavailable, kTimeout, kBroken };
 struct RemoteStoreShared {
   RemoteStoreOptions opts;
   std::atomic<uint64_t> calls{0}, unavailable{0}, timeouts{0}, broken{0}, sessions{0},
-      connect_failures{0}, shm_sessions{0}, shm_calls{0}, shm_retired{0}, shm_up{0};
+      connect_failures{0}, shm_sessions{0}, shm_calls{0}, shm_retired{0}, shm_up{0},
+      direct_channels{0}, direct_gets{0}, arena_reads{0};
   mutable std::mutex mu;  // guards the fields below
   std::condition_variable up_cv;
   Status last_error = Status::unavailable("not connected yet");
@@ -208,10 +210,13 @@ namespace {
 // of later calls. Thread-safety: any thread.
 class ClientShm {
  public:
-  ClientShm(std::shared_ptr<ShmArea> area, size_t slot_bytes, size_t slots)
-      : area_(std::move(area)), slot_bytes_(slot_bytes) {
+  ClientShm(std::shared_ptr<ShmArea> area, size_t slot_bytes, size_t slots,
+            std::unique_ptr<ShmDirectChannel> channel)
+      : area_(std::move(area)), slot_bytes_(slot_bytes), channel_(std::move(channel)) {
     for (size_t i = slots; i > 0; --i) free_.push_back(static_cast<uint32_t>(i - 1));
   }
+  // The session's direct channel, or null.
+  ShmDirectChannel* channel() const { return channel_.get(); }
   size_t slot_bytes() const { return slot_bytes_; }
   std::optional<uint32_t> acquire() {
     std::lock_guard lk(mu_);
@@ -230,6 +235,7 @@ class ClientShm {
  private:
   std::shared_ptr<ShmArea> area_;
   size_t slot_bytes_;
+  std::unique_ptr<ShmDirectChannel> channel_;
   std::mutex mu_;
   std::vector<uint32_t> free_;
 };
@@ -559,14 +565,29 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
     }
     // Blocking, but on a local socket the server answers at once, and every
     // step is bounded by the connect timeout.
-    Status sent = shm_attach_send(offer->socket_name, {offer->nonce, slot * slots}, (*area)->fd(),
-                                  o.connect_timeout_ms);
-    if (!sent.ok()) {
+    ShmAttachMessage msg{offer->nonce, slot * slots};
+    if (o.direct_channel) msg.flags |= kShmAttachWantChannel;
+    auto grant = shm_attach_send(offer->socket_name, msg, (*area)->fd(), o.connect_timeout_ms);
+    if (!grant.ok()) {
       spdlog::info("store client: connection {}: shared memory not attached ({}); using TCP",
-                   index_, sent.message());
+                   index_, grant.status().message());
       co_return none;
     }
-    co_return std::make_shared<ClientShm>(std::move(*area), slot, slots);
+    std::unique_ptr<ShmDirectChannel> channel;
+    if (grant->channel >= 0) {
+      auto ch = ShmDirectChannel::open(grant->channel, grant->arena, grant->arena_bytes,
+                                       &shared_.arena_reads);
+      if (ch.ok()) {
+        channel = std::move(*ch);
+        shared_.direct_channels.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        spdlog::info("store client: connection {}: no direct channel: {}", index_,
+                     ch.status().message());
+      }
+    } else if (grant->arena >= 0) {
+      ::close(grant->arena);
+    }
+    co_return std::make_shared<ClientShm>(std::move(*area), slot, slots, std::move(channel));
   }
 
   // Where the data section of a response for `c` goes: the caller's buffers.
@@ -1015,6 +1036,21 @@ struct RemoteStore::Impl {
     // The slot holds the largest object the server takes, so it is all the
     // room a caller's buffer could need.
     const auto room = static_cast<uint32_t>(std::min(out.size(), shm->slot_bytes()));
+    if (ShmDirectChannel* ch = shm->channel()) {
+      auto direct =
+          ch->get(t.server_ns, key, out, {shm->offset(*slot), shm->slot_data(*slot), room}, dl);
+      if (direct) {
+        if (ch->broken()) {
+          // The server may still write the slot for the call that failed.
+          shared.shm_retired.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          shm->release(*slot);
+          shared.shm_calls.fetch_add(1, std::memory_order_relaxed);
+          shared.direct_gets.fetch_add(1, std::memory_order_relaxed);
+        }
+        return direct;
+      }
+    }
     Reply r = exchange(t, ShmGetRequest{t.server_ns, key, shm->offset(*slot), room}, {}, {},
                        MessageType::kShmGetResponse, dl);
     kv::GetResult miss;
@@ -1120,6 +1156,9 @@ RemoteStoreClientStats RemoteStore::client_stats() const {
   r.shm_sessions = s.shm_sessions.load();
   r.shm_calls = s.shm_calls.load();
   r.shm_retired_slots = s.shm_retired.load();
+  r.direct_channels = s.direct_channels.load();
+  r.direct_gets = s.direct_gets.load();
+  r.arena_reads = s.arena_reads.load();
   return r;
 }
 

@@ -58,6 +58,10 @@ struct RemoteStoreOptions {
   // TCP; false turns the path off.
   bool shared_memory = true;
   unsigned shm_slots = 8;
+  // With shared memory, also ask for the direct channel: gets go over a Unix
+  // socket from the calling thread, and RAM hits are copied straight out of
+  // the server's RAM arena (one copy; docs/store-service.md).
+  bool direct_channel = true;
 };
 
 // What the client itself saw (the server's view is stats()).
@@ -71,6 +75,9 @@ struct RemoteStoreClientStats {
   uint64_t shm_sessions = 0;       // sessions that attached a shared-memory area
   uint64_t shm_calls = 0;          // puts and gets served through shared memory
   uint64_t shm_retired_slots = 0;  // slots never reused: a call on them failed mid-way
+  uint64_t direct_channels = 0;    // sessions that opened a direct channel
+  uint64_t direct_gets = 0;        // gets answered over a direct channel
+  uint64_t arena_reads = 0;        // of those, copied straight from the server's RAM arena
 };
 
 class RemoteStore {

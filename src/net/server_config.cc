@@ -352,6 +352,9 @@ Result<ServerConfig> parse_server_config(std::string_view json_text) {
   KVTIER_RETURN_IF_ERROR(f.get_bool("shm_enabled", &c.shm_enabled));
   KVTIER_RETURN_IF_ERROR(
       f.get_size("shm_max_area_bytes", 1ull << 20, 1ull << 40, &c.shm_max_area_bytes));
+  KVTIER_RETURN_IF_ERROR(f.get_bool("shm_direct_channel", &c.shm_direct_channel));
+  KVTIER_RETURN_IF_ERROR(f.get_bool("shm_share_ram_arena", &c.shm_share_ram_arena));
+  KVTIER_RETURN_IF_ERROR(f.get_uint_as("shm_max_channels", 1, 65536, &c.shm_max_channels));
   if (const json* v = f.find("store")) {
     KVTIER_RETURN_IF_ERROR(require_object(v, "store"));
     KVTIER_RETURN_IF_ERROR(parse_store(*v, &c.store));

@@ -61,6 +61,15 @@ struct ServerConfig {
   // that ask; each client's area is mapped only up to this size.
   bool shm_enabled = true;
   uint64_t shm_max_area_bytes = 256ull << 20;
+  // The direct channel (a Unix socket and a server thread per client
+  // connection that asks) and, over it, reads straight from the RAM arena,
+  // which then lives in a sealed memfd every attached client maps read-only:
+  // such a client can read every block in RAM, of every namespace. Turn
+  // shm_share_ram_arena off where tenants on one host must not see each
+  // other's blocks (the channel then copies, as ShmGet does).
+  bool shm_direct_channel = true;
+  bool shm_share_ram_arena = true;
+  uint32_t shm_max_channels = 256;
 
   StoreConfig store;
   // Cluster membership (docs/store-service.md, "Several nodes"): when set,

@@ -20,7 +20,11 @@ namespace kvtier::net {
 namespace {
 
 constexpr unsigned kRequiredSeals = F_SEAL_SHRINK | F_SEAL_GROW;
-constexpr size_t kAttachBytes = 24;  // nonce hi, nonce lo, area bytes (u64 LE each)
+constexpr size_t kAttachV1Bytes = 24;  // nonce hi, nonce lo, area bytes (u64 LE each)
+constexpr size_t kAttachV2Bytes = 32;  // ... then u32 flags, u32 zero
+constexpr size_t kGrantBytes = 17;     // u8 0, u64 arena bytes, u32 grant flags, u32 zero
+constexpr uint32_t kGrantChannel = 1u << 0;
+constexpr uint32_t kGrantArena = 1u << 1;
 
 Status errno_status(const std::string& what) {
   return Status::unavailable(fmt::format("{}: {}", what, std::strerror(errno)));
@@ -33,6 +37,48 @@ uint64_t get_u64(const std::byte* p) {
   uint64_t v = 0;
   for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
   return v;
+}
+void put_u32(std::byte* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
+}
+uint32_t get_u32(const std::byte* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
+  return v;
+}
+
+// The fds of SCM_RIGHTS messages in `mh` (all of them, so none leaks).
+std::vector<int> received_fds(msghdr& mh) {
+  std::vector<int> fds;
+  for (cmsghdr* cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+    size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int f;
+      std::memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+      fds.push_back(f);
+    }
+  }
+  return fds;
+}
+
+// sendmsg of `bytes` with `fd` attached (unless -1).
+bool send_with_fd(int s, const std::byte* bytes, size_t n, int fd) {
+  iovec iov{const_cast<std::byte*>(bytes), n};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  if (fd >= 0) {
+    mh.msg_control = control;
+    mh.msg_controllen = sizeof control;
+    cmsghdr* cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+  }
+  return sendmsg(s, &mh, MSG_NOSIGNAL) == static_cast<ssize_t>(n);
 }
 
 // An abstract socket address: a leading NUL, then the name (not NUL-terminated).
@@ -134,48 +180,74 @@ Result<kv::Key128> random_nonce() {
   return k;
 }
 
-Status shm_attach_send(const std::string& name, const ShmAttachMessage& msg, int area_fd,
-                       uint32_t timeout_ms) {
+Result<ShmAttachGrant> shm_attach_send(const std::string& name, const ShmAttachMessage& msg,
+                                       int area_fd, uint32_t timeout_ms) {
   auto addr = abstract_address(name);
   if (!addr.ok()) return addr.status();
   int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (s < 0) return errno_status("socket(AF_UNIX)");
   set_timeouts(s, timeout_ms);
-  Status result = Status::ok_status();
+  auto fail = [&](Status st) -> Result<ShmAttachGrant> {
+    close(s);
+    return st;
+  };
   if (connect(s, reinterpret_cast<const sockaddr*>(&addr->first), addr->second) != 0) {
-    result = errno_status("connect to the store's shared-memory socket");
-  } else {
-    std::byte payload[kAttachBytes];
-    put_u64(payload, msg.nonce.hi);
-    put_u64(payload + 8, msg.nonce.lo);
-    put_u64(payload + 16, msg.area_bytes);
-    iovec iov{payload, sizeof payload};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr mh{};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = control;
-    mh.msg_controllen = sizeof control;
-    cmsghdr* cm = CMSG_FIRSTHDR(&mh);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(cm), &area_fd, sizeof(int));
-    if (sendmsg(s, &mh, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof payload)) {
-      result = errno_status("sending the shared-memory area");
-    } else {
-      char answer = 1;
-      ssize_t n = recv(s, &answer, 1, 0);
-      if (n != 1) {
-        result = n < 0 ? errno_status("waiting for the store to map the area")
-                       : Status::unavailable("the store closed the shared-memory socket");
-      } else if (answer != 0) {
-        result = Status::rejected("the store refused the shared-memory area");
-      }
-    }
+    return fail(errno_status("connect to the store's shared-memory socket"));
   }
-  close(s);
-  return result;
+  std::byte payload[kAttachV2Bytes] = {};
+  put_u64(payload, msg.nonce.hi);
+  put_u64(payload + 8, msg.nonce.lo);
+  put_u64(payload + 16, msg.area_bytes);
+  put_u32(payload + 24, msg.flags);
+  const size_t len = msg.version == 1 ? kAttachV1Bytes : kAttachV2Bytes;
+  if (!send_with_fd(s, payload, len, area_fd)) {
+    return fail(errno_status("sending the shared-memory area"));
+  }
+  // A refusal is one byte and a close; a version-2 grant is 17 bytes, the
+  // arena's fd riding on them (so they are read with room for it).
+  std::byte answer[kGrantBytes] = {};
+  iovec iov{answer, msg.version == 1 ? size_t{1} : kGrantBytes};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)] = {};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = control;
+  mh.msg_controllen = sizeof control;
+  ssize_t n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+  std::vector<int> fds = received_fds(mh);
+  auto fail_closing_fds = [&](Status st) {
+    for (int f : fds) close(f);
+    return fail(std::move(st));
+  };
+  if (n < 1) {
+    return fail_closing_fds(n < 0
+                                ? errno_status("waiting for the store to map the area")
+                                : Status::unavailable("the store closed the shared-memory socket"));
+  }
+  if (answer[0] != std::byte{0}) {
+    return fail_closing_fds(Status::rejected("the store refused the shared-memory area"));
+  }
+  ShmAttachGrant grant;
+  if (msg.version == 1) {
+    close(s);
+    return grant;
+  }
+  const uint32_t flags = get_u32(answer + 9);
+  if (n != static_cast<ssize_t>(kGrantBytes) || (mh.msg_flags & MSG_CTRUNC) != 0 ||
+      fds.size() != ((flags & kGrantArena) != 0 ? 1u : 0u)) {
+    return fail_closing_fds(Status::unavailable("malformed shared-memory grant"));
+  }
+  if ((flags & kGrantArena) != 0) {
+    grant.arena = fds[0];
+    grant.arena_bytes = get_u64(answer + 1);
+  }
+  if ((flags & kGrantChannel) != 0) {
+    set_timeouts(s, 0);  // the channel bounds each call itself (poll)
+    grant.channel = s;
+  } else {
+    close(s);
+  }
+  return grant;
 }
 
 Result<std::unique_ptr<ShmListener>> ShmListener::listen(const std::string& name) {
@@ -198,7 +270,9 @@ Result<ShmListener::Received> ShmListener::accept_one(uint32_t timeout_ms) {
   int c = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
   if (c < 0) return errno_status("accept on the shared-memory socket");
   set_timeouts(c, timeout_ms);
-  std::byte payload[kAttachBytes];
+  // The client sends its message with one sendmsg: one recvmsg (not
+  // MSG_WAITALL, whose length would have to be known) takes it whole.
+  std::byte payload[kAttachV2Bytes + 1];
   iovec iov{payload, sizeof payload};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)] = {};
   msghdr mh{};
@@ -206,25 +280,17 @@ Result<ShmListener::Received> ShmListener::accept_one(uint32_t timeout_ms) {
   mh.msg_iovlen = 1;
   mh.msg_control = control;
   mh.msg_controllen = sizeof control;
-  ssize_t n = recvmsg(c, &mh, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+  ssize_t n = recvmsg(c, &mh, MSG_CMSG_CLOEXEC);
   // Collect every fd that came, so none leaks whatever else is wrong.
-  std::vector<int> fds;
-  for (cmsghdr* cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
-    size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < count; ++i) {
-      int f;
-      std::memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-      fds.push_back(f);
-    }
-  }
+  std::vector<int> fds = received_fds(mh);
   auto refuse = [&](Status st) -> Result<Received> {
     for (int f : fds) close(f);
     shm_attach_answer(c, false);
     return st;
   };
-  if (n != static_cast<ssize_t>(sizeof payload)) {
-    return refuse(Status::invalid_argument("short shared-memory attach message"));
+  if (n != static_cast<ssize_t>(kAttachV1Bytes) && n != static_cast<ssize_t>(kAttachV2Bytes)) {
+    return refuse(Status::invalid_argument(
+        fmt::format("shared-memory attach message of {} bytes (24 or 32 expected)", n)));
   }
   if ((mh.msg_flags & MSG_CTRUNC) != 0 || fds.size() != 1) {
     return refuse(Status::invalid_argument("shared-memory attach message without exactly one fd"));
@@ -235,7 +301,27 @@ Result<ShmListener::Received> ShmListener::accept_one(uint32_t timeout_ms) {
   r.msg.nonce.hi = get_u64(payload);
   r.msg.nonce.lo = get_u64(payload + 8);
   r.msg.area_bytes = get_u64(payload + 16);
+  r.msg.version = n == static_cast<ssize_t>(kAttachV1Bytes) ? 1 : 2;
+  if (r.msg.version == 2) {
+    r.msg.flags = get_u32(payload + 24);
+    if ((r.msg.flags & ~kShmAttachWantChannel) != 0 || get_u32(payload + 28) != 0) {
+      return refuse(Status::invalid_argument("shared-memory attach with unknown flags"));
+    }
+  }
   return r;
+}
+
+bool shm_attach_grant(int conn, bool keep_channel, int arena_fd, uint64_t arena_bytes) {
+  std::byte answer[kGrantBytes] = {};
+  put_u64(answer + 1, arena_fd >= 0 ? arena_bytes : 0);
+  put_u32(answer + 9, (keep_channel ? kGrantChannel : 0) | (arena_fd >= 0 ? kGrantArena : 0));
+  const bool sent = send_with_fd(conn, answer, sizeof answer, arena_fd);
+  if (!sent || !keep_channel) {
+    close(conn);
+    return sent;
+  }
+  set_timeouts(conn, 0);
+  return true;
 }
 
 void shm_attach_answer(int conn, bool ok) {

@@ -65,17 +65,31 @@ std::string host_boot_id();
 // 16 random bytes (OpenSSL's RAND_bytes).
 Result<kv::Key128> random_nonce();
 
-// The attach handshake on the abstract Unix socket: the client sends the
-// nonce, the area size and the memfd in one message; the server answers
-// one byte (0: mapped, else refused).
+// The attach handshake on the abstract Unix socket (docs/protocol-store.md,
+// "Attach"). Version 1: the client sends the nonce, the area size and the
+// memfd in one 24-byte message; the server answers one byte (0: mapped, else
+// refused) and closes. Version 2 (32 bytes: the same, then u32 flags, u32
+// zero) may ask for the direct channel: the server answers 17 bytes, with
+// the RAM arena's memfd attached when it shares it, and keeps the socket
+// open as the connection's direct channel when it granted one.
+constexpr uint32_t kShmAttachWantChannel = 1u << 0;
 struct ShmAttachMessage {
   kv::Key128 nonce;
   uint64_t area_bytes = 0;
+  uint16_t version = 2;  // 1: the 24-byte message, no flags
+  uint32_t flags = 0;    // kShmAttachWantChannel
+};
+// The grant of a version-2 attach.
+struct ShmAttachGrant {
+  int channel = -1;  // the open direct channel (owned by the caller), or -1
+  int arena = -1;    // the server's RAM arena memfd (owned), or -1
+  uint64_t arena_bytes = 0;
 };
 // Client side: connects to abstract socket `name`, sends `msg` with `fd`,
-// waits for the answer; every step bounded by `timeout_ms`.
-Status shm_attach_send(const std::string& name, const ShmAttachMessage& msg, int fd,
-                       uint32_t timeout_ms);
+// waits for the answer; every step bounded by `timeout_ms`. A channel
+// returned has no socket timeouts left on it.
+Result<ShmAttachGrant> shm_attach_send(const std::string& name, const ShmAttachMessage& msg, int fd,
+                                       uint32_t timeout_ms);
 
 // Server side: a listening abstract Unix socket.
 class ShmListener {
@@ -100,7 +114,12 @@ class ShmListener {
   int fd_;
   std::string name_;
 };
-// Sends the one-byte answer and closes `conn`.
+// Sends the one-byte answer and closes `conn` (any refusal; a version-1 grant).
 void shm_attach_answer(int conn, bool ok);
+// A version-2 grant: sends the 17-byte answer with `arena_fd` (unless -1)
+// attached. When `keep_channel`, `conn` stays open (its timeouts cleared) and
+// becomes the direct channel; else it is closed. False if the send failed
+// (`conn` is then closed).
+bool shm_attach_grant(int conn, bool keep_channel, int arena_fd, uint64_t arena_bytes);
 
 }  // namespace kvtier::net

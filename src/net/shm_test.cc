@@ -115,6 +115,32 @@ TEST(ShmProtocol, MessagesRoundTripAndCarryNoData) {
       ShmPutResponse{{kv::PutResult::Outcome::kStored, kv::Tier::kRam, kv::RefuseReason::kNone}});
   expect_round_trip(ShmGetRequest{1, test_key(5), 1u << 30, 1536u << 10});
   expect_round_trip(ShmGetResponse{{true, kv::Tier::kRam, kv::MissReason::kNone, 1536u << 10}});
+  expect_round_trip(ShmLeaseGetRequest{1, test_key(6), 4096, 1536u << 10});
+  expect_round_trip(ShmLeaseGetResponse{
+      {true, kv::Tier::kRam, kv::MissReason::kNone, 100}, ShmPlacement::kArena, 1u << 30, 77});
+  expect_round_trip(ShmLeaseGetResponse{
+      {true, kv::Tier::kDisk, kv::MissReason::kNone, 100}, ShmPlacement::kArea, 0, 0});
+  expect_round_trip(ShmLeaseGetResponse{
+      {false, kv::Tier::kNone, kv::MissReason::kNotFound, 0}, ShmPlacement::kNone, 0, 0});
+  expect_round_trip(ShmReleaseRequest{{1, 2, 3}});
+  // Placements that contradict the outcome, and over-long release lists,
+  // are refused both ways.
+  std::vector<std::byte> bad;
+  EXPECT_FALSE(ShmLeaseGetResponse(
+                   {{true, kv::Tier::kRam, kv::MissReason::kNone, 100}, ShmPlacement::kNone, 0, 0})
+                   .encode(bad)
+                   .ok());
+  EXPECT_FALSE(
+      ShmLeaseGetResponse(
+          {{false, kv::Tier::kNone, kv::MissReason::kNotFound, 0}, ShmPlacement::kArena, 0, 0})
+          .encode(bad)
+          .ok());
+  EXPECT_FALSE(
+      ShmLeaseGetResponse(
+          {{true, kv::Tier::kDisk, kv::MissReason::kNone, 100}, ShmPlacement::kArea, 4096, 0})
+          .encode(bad)
+          .ok());
+  EXPECT_FALSE(ShmReleaseRequest{std::vector<uint32_t>(kMaxShmReleases + 1, 1)}.encode(bad).ok());
   // A length over the protocol's limit cannot be encoded, and a data section
   // on these types is refused from the header alone.
   std::vector<std::byte> out;
@@ -180,7 +206,9 @@ TEST(ShmArea, AttachHandshakePassesTheFdAndTheNonce) {
   ASSERT_TRUE(a.ok());
   std::memcpy((*a)->data(), "hello", 5);
   Status sent;
-  std::thread client([&] { sent = shm_attach_send(name, {*nonce, 1 << 20}, (*a)->fd(), 2000); });
+  std::thread client([&] {
+    sent = shm_attach_send(name, {*nonce, 1 << 20}, (*a)->fd(), 2000).status();
+  });
   auto got = (*l)->accept_one(2000);
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   EXPECT_EQ(got->msg.nonce, *nonce);

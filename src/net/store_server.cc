@@ -21,6 +21,7 @@
 #include "net/http_endpoint.h"
 #include "net/remote_store.h"
 #include "net/shm_area.h"
+#include "net/shm_channel_server.h"
 
 namespace kvtier::net {
 
@@ -213,11 +214,15 @@ const char* op_label(MessageType t) {
       return "shm_put";
     case MessageType::kShmGetRequest:
       return "shm_get";
+    case MessageType::kShmLeaseGetRequest:
+      return "shm_lease_get";
+    case MessageType::kShmReleaseRequest:
+      return "shm_release";
     default:
       return "other";
   }
 }
-constexpr size_t kOps = 15;  // request type codes 1..14, 0 = other
+constexpr size_t kOps = 17;  // request type codes 1..16, 0 = other
 size_t op_index(MessageType t) {
   auto v = static_cast<uint16_t>(t);
   return v >= 1 && v < kOps ? v : 0;
@@ -329,10 +334,13 @@ struct ServerConnection {
   uint64_t bytes_in_counted = 0;
   // The shared-memory path: the nonce this connection was offered, and the
   // client's area once the Unix socket handed it over. `shm` is set by the
-  // attach thread and read on the strand: guarded by shm_mu.
+  // attach thread and read on the strand: guarded by shm_mu, as is the
+  // direct channel. `namespaces` is written on the strand under shm_mu too,
+  // since the channel's thread reads it.
   std::optional<kv::Key128> shm_nonce;
   std::mutex shm_mu;
   std::shared_ptr<ShmArea> shm;
+  std::shared_ptr<ShmChannelServer> channel;
 
   std::shared_ptr<ShmArea> shm_area() {
     std::lock_guard lk(shm_mu);
@@ -397,6 +405,9 @@ struct StoreServer::Impl {
   int shm_stop_pipe[2] = {-1, -1};
   std::string host_id;
   std::unordered_map<kv::Key128, std::weak_ptr<ServerConnection>, kv::Key128Hash> shm_waiting;
+  // Direct channels (guarded by mu): closed when their connection ends,
+  // joined when finished (at the next attach) or at stop.
+  std::vector<std::shared_ptr<ShmChannelServer>> channels;
   std::string bound_address;
   uint16_t bound_port = 0;
 
@@ -614,7 +625,10 @@ struct StoreServer::Impl {
         }
         auto r = s.register_namespace(req.ns);
         if (!r.ok()) co_return co_await send_error(c, rid, r.status());
-        if (check_ns(c, *r).ok() == false) c.namespaces.push_back(*r);
+        if (check_ns(c, *r).ok() == false) {
+          std::lock_guard lk(c.shm_mu);
+          c.namespaces.push_back(*r);
+        }
         co_return co_await send(c, RegisterNamespaceResponse{*r}, rid);
       }
       case MessageType::kPutRequest: {
@@ -983,6 +997,10 @@ struct StoreServer::Impl {
   }
 
   void finish(ServerConnection& c, bool refused) {
+    {
+      std::lock_guard lk(c.shm_mu);
+      if (c.channel) c.channel->close();
+    }
     std::lock_guard lk(mu);
     conns.erase(c.id);
     if (c.shm_nonce) shm_waiting.erase(*c.shm_nonce);
@@ -1035,13 +1053,68 @@ struct StoreServer::Impl {
                      area.status().message());
         continue;
       }
+      std::shared_ptr<ShmArea> mapped = std::move(*area);
       {
         std::lock_guard lk(conn->shm_mu);
-        conn->shm = std::move(*area);
+        conn->shm = mapped;
       }
       m->shm_attached.add();
-      shm_attach_answer(got->conn, true);
+      if (got->msg.version == 1) {
+        shm_attach_answer(got->conn, true);
+        continue;
+      }
+      open_direct_channel(conn, got->conn, got->msg, std::move(mapped));
     }
+  }
+
+  // Answers a version-2 attach, opening the direct channel on `sock` when the
+  // client asked for it and there is room.
+  void open_direct_channel(const std::shared_ptr<ServerConnection>& conn, int sock,
+                           const ShmAttachMessage& msg, std::shared_ptr<ShmArea> area) {
+    std::vector<std::shared_ptr<ShmChannelServer>> done;
+    bool room = false;
+    {
+      std::lock_guard lk(mu);
+      auto finished = std::partition(channels.begin(), channels.end(),
+                                     [](const auto& ch) { return !ch->finished(); });
+      done.assign(std::make_move_iterator(finished), std::make_move_iterator(channels.end()));
+      channels.erase(finished, channels.end());
+      room = channels.size() < cfg.shm_max_channels;
+    }
+    done.clear();  // joins them, outside mu
+    const bool keep = (msg.flags & kShmAttachWantChannel) != 0 && cfg.shm_direct_channel && room;
+    const int arena = keep ? store->ram_arena_fd() : -1;
+    if (!shm_attach_grant(sock, keep, arena, arena >= 0 ? store->ram_arena_bytes() : 0) || !keep) {
+      return;
+    }
+    ShmChannelContext ctx;
+    ctx.store = store.get();
+    ctx.area = std::move(area);
+    ctx.lease_from_arena = arena >= 0;
+    ctx.max_object_bytes = limits.max_object_bytes;
+    ctx.peer = conn->peer;
+    // Weak: the connection holds its channel, not the other way round.
+    ctx.check_ns = [this, weak = std::weak_ptr<ServerConnection>(conn)](uint16_t ns) {
+      auto c = weak.lock();
+      if (!c) return Status::failed_precondition("the channel's connection has ended");
+      std::lock_guard lk(c->shm_mu);
+      return check_ns(*c, ns);
+    };
+    ctx.count_request = [this](MessageType t, uint64_t ns) {
+      const size_t i = op_index(t);
+      m->requests[i]->add();
+      m->latency[i]->record(ns);
+    };
+    ctx.count_bytes = [this](uint64_t n) { m->shm_bytes.add(n); };
+    auto ch = ShmChannelServer::start(sock, std::move(ctx));
+    {
+      std::lock_guard lk(conn->shm_mu);
+      conn->channel = ch;
+    }
+    std::lock_guard lk(mu);
+    channels.push_back(ch);
+    // The connection may have ended meanwhile; finish() then found no channel.
+    if (conns.find(conn->id) == conns.end()) ch->close();
   }
 
   asio::awaitable<void> listen() {
@@ -1125,6 +1198,14 @@ struct StoreServer::Impl {
       // Store calls in progress finish first (bounded by the store's I/O timeout).
       cv.wait(lk, [&] { return conns.empty() && !listening; });
     }
+    // Direct channels use the store: they end before it closes.
+    std::vector<std::shared_ptr<ShmChannelServer>> chans;
+    {
+      std::lock_guard lk(mu);
+      chans.swap(channels);
+    }
+    for (auto& ch : chans) ch->join();
+    chans.clear();
     work.reset();
     io.stop();
     for (auto& t : threads) t.join();
@@ -1153,6 +1234,8 @@ Result<std::unique_ptr<StoreServer>> StoreServer::start(const ServerConfig& conf
   if (!store) {
     auto opts = make_store_options(config.store);
     if (!opts.ok()) return opts.status();
+    opts->share_ram_arena =
+        config.shm_enabled && config.shm_direct_channel && config.shm_share_ram_arena;
     auto s = kv::Store::open(*opts);
     if (!s.ok()) return Status(s.status().code(), "opening the store: " + s.status().message());
     store = std::move(*s);

@@ -1,0 +1,122 @@
+#include "net/shm_channel_client.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "net/protocol.h"
+#include "net/shm_channel_io.h"
+
+namespace kvtier::net {
+
+struct ShmDirectChannel::State {
+  explicit State(int fd) : reader(fd) {}
+  std::mutex mu;  // one call at a time
+  ChannelReader reader;
+  uint64_t next_id = 1;
+  std::atomic<bool> broken{false};
+};
+
+Result<std::unique_ptr<ShmDirectChannel>> ShmDirectChannel::open(
+    int channel_fd, int arena_fd, uint64_t arena_bytes, std::atomic<uint64_t>* arena_reads) {
+  const std::byte* arena = nullptr;
+  if (arena_fd >= 0) {
+    // Read-only: the server sealed the memfd against writable mappings.
+    void* p = arena_bytes == 0 ? MAP_FAILED
+                               : ::mmap(nullptr, arena_bytes, PROT_READ, MAP_SHARED, arena_fd, 0);
+    ::close(arena_fd);
+    if (p == MAP_FAILED) {
+      ::close(channel_fd);
+      return Status::unavailable(
+          fmt::format("mapping the store's RAM arena of {} bytes failed", arena_bytes));
+    }
+    arena = static_cast<const std::byte*>(p);
+  }
+  return std::unique_ptr<ShmDirectChannel>(
+      new ShmDirectChannel(channel_fd, arena, arena_bytes, arena_reads));
+}
+
+ShmDirectChannel::ShmDirectChannel(int fd, const std::byte* arena, uint64_t arena_bytes,
+                                   std::atomic<uint64_t>* arena_reads)
+    : fd_(fd),
+      arena_(arena),
+      arena_bytes_(arena_bytes),
+      arena_reads_(arena_reads),
+      st_(std::make_unique<State>(fd)) {}
+
+ShmDirectChannel::~ShmDirectChannel() {
+  ::close(fd_);
+  if (arena_ != nullptr) ::munmap(const_cast<std::byte*>(arena_), arena_bytes_);
+}
+
+bool ShmDirectChannel::broken() const { return st_->broken.load(std::memory_order_relaxed); }
+
+std::optional<Result<kv::GetResult>> ShmDirectChannel::get(
+    uint16_t server_ns, const kv::Key128& key, MutableByteView out, const AreaSlot& slot,
+    std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lk(st_->mu, std::try_to_lock);
+  if (!lk.owns_lock() || broken()) return std::nullopt;
+  kv::GetResult miss;
+  auto fail = [&](kv::MissReason why, const Status& st) {
+    spdlog::info("store client: direct channel given up: {}", st.to_string());
+    st_->broken.store(true, std::memory_order_relaxed);
+    miss.miss = why;
+    return Result<kv::GetResult>(miss);
+  };
+  const uint64_t id = st_->next_id++;
+  const auto room = static_cast<uint32_t>(std::min<uint64_t>(out.size(), slot.room));
+  Status sent = channel_send(fd_, ShmLeaseGetRequest{server_ns, key, slot.offset, room}, id);
+  if (!sent.ok()) return fail(kv::MissReason::kIoError, sent);
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  auto f = st_->reader.read(static_cast<int>(std::max<int64_t>(0, left.count())));
+  if (!f.ok()) {
+    return fail(f.status().code() == StatusCode::kTimeout ? kv::MissReason::kTimeout
+                                                          : kv::MissReason::kIoError,
+                f.status());
+  }
+  if (f->header.request_id != id) {
+    return fail(kv::MissReason::kIoError, Status::internal("answer to another request"));
+  }
+  if (f->header.type == MessageType::kErrorResponse) {
+    auto e = ErrorResponse::decode(f->descriptor);
+    if (!e.ok()) return fail(kv::MissReason::kIoError, e.status());
+    return Result<kv::GetResult>(e->to_status());
+  }
+  auto resp = decode_message_as<ShmLeaseGetResponse>(f->header, f->descriptor);
+  if (!resp.ok()) return fail(kv::MissReason::kIoError, resp.status());
+  const GetOutcome& r = resp->result;
+  switch (resp->placement) {
+    case ShmPlacement::kNone:
+      break;
+    case ShmPlacement::kArea:
+      if (r.length > room) {
+        return fail(kv::MissReason::kIoError, Status::internal("area hit larger than the room"));
+      }
+      std::memcpy(out.data(), slot.data, r.length);
+      break;
+    case ShmPlacement::kArena: {
+      // Never trust the server's numbers with our memory.
+      if (arena_ == nullptr || r.length > out.size() || resp->arena_offset > arena_bytes_ ||
+          r.length > arena_bytes_ - resp->arena_offset) {
+        return fail(kv::MissReason::kIoError, Status::internal("lease outside the RAM arena"));
+      }
+      std::memcpy(out.data(), arena_ + resp->arena_offset, r.length);
+      if (arena_reads_ != nullptr) arena_reads_->fetch_add(1, std::memory_order_relaxed);
+      // One-way: the next call's answer comes after it on the stream.
+      Status rel = channel_send(fd_, ShmReleaseRequest{{resp->lease}}, st_->next_id++);
+      if (!rel.ok()) {
+        // The bytes are copied; the server frees the lease when it sees the close.
+        (void)fail(kv::MissReason::kIoError, rel);
+      }
+      break;
+    }
+  }
+  return Result<kv::GetResult>(r.to_result());
+}
+
+}  // namespace kvtier::net

@@ -1,0 +1,43 @@
+// Frames over a direct channel (docs/protocol-store.md, "Direct channel"):
+// blocking reads and writes of whole frames on a Unix stream socket, used by
+// the server's channel thread and by the client's calling thread alike.
+// The frames are the store protocol's (same header, CRCs and limits); the
+// channel only carries small messages with no data section, so its reader
+// refuses any frame with a data section or a descriptor over 4 KiB before
+// reading it.
+//
+// Thread-safety: a ChannelReader belongs to one thread at a time.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "common/status.h"
+#include "net/protocol.h"
+
+namespace kvtier::net {
+
+constexpr FrameLimits kChannelFrameLimits{4096, 0};
+
+class ChannelReader {
+ public:
+  explicit ChannelReader(int fd) : fd_(fd), decoder_(kChannelFrameLimits) {}
+  // The next frame. `timeout_ms` < 0 waits for ever. kTimeout when it
+  // passes, kUnavailable when the peer closed the channel, a protocol error
+  // for a malformed frame; after any error the channel is out of sync.
+  Result<Frame> read(int timeout_ms);
+
+ private:
+  int fd_;
+  FrameDecoder decoder_;
+  // Bytes read but not yet decoded (a release and the next request may
+  // arrive in one read).
+  std::array<std::byte, 1024> buf_{};
+  size_t begin_ = 0, end_ = 0;
+};
+
+// Encodes `msg` as one frame and writes all of it.
+Status channel_send(int fd, const Message& msg, uint64_t request_id);
+
+}  // namespace kvtier::net

@@ -1,0 +1,145 @@
+#include "net/shm_channel_server.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+#include "common/clock.h"
+#include "net/shm_channel_io.h"
+
+namespace kvtier::net {
+
+std::shared_ptr<ShmChannelServer> ShmChannelServer::start(int fd, ShmChannelContext ctx) {
+  std::shared_ptr<ShmChannelServer> ch(new ShmChannelServer(fd, std::move(ctx)));
+  ch->thread_ = std::thread([raw = ch.get()] { raw->serve(); });
+  return ch;
+}
+
+ShmChannelServer::~ShmChannelServer() {
+  join();
+  ::close(fd_);
+}
+
+void ShmChannelServer::close() { ::shutdown(fd_, SHUT_RDWR); }
+
+void ShmChannelServer::join() {
+  close();
+  if (thread_.joinable()) thread_.join();
+}
+
+void ShmChannelServer::serve() {
+  ChannelReader reader(fd_);
+  for (;;) {
+    auto f = reader.read(-1);
+    if (!f.ok()) {
+      if (f.status().code() != StatusCode::kUnavailable) {
+        spdlog::warn("store server: {}: direct channel closed: {}", ctx_.peer,
+                     f.status().to_string());
+      }
+      break;
+    }
+    if (!handle(*f)) break;
+  }
+  release_all();
+  // The fd stays open until the destructor, so close() never shuts down an
+  // fd number reused by someone else.
+  finished_.store(true, std::memory_order_release);
+}
+
+bool ShmChannelServer::handle(const Frame& f) {
+  const uint64_t t0 = now_ns();
+  const uint64_t rid = f.header.request_id;
+  auto reply = [&](const Message& m) {
+    if (!channel_send(fd_, m, rid).ok()) return false;
+    ctx_.count_request(f.header.type, now_ns() - t0);
+    return true;
+  };
+  auto reply_error = [&](const Status& st) { return reply(ErrorResponse::from_status(st)); };
+  switch (f.header.type) {
+    case MessageType::kShmLeaseGetRequest: {
+      auto req = ShmLeaseGetRequest::decode(f.descriptor);
+      if (!req.ok()) break;  // malformed: the channel closes below
+      auto resp = lease_get(*req);
+      return resp.ok() ? reply(*resp) : reply_error(resp.status());
+    }
+    case MessageType::kShmReleaseRequest: {
+      auto req = ShmReleaseRequest::decode(f.descriptor);
+      if (!req.ok()) break;
+      for (uint32_t lease : req->leases) release(lease);
+      ctx_.count_request(f.header.type, now_ns() - t0);
+      return true;  // one-way: no response
+    }
+    default:
+      return reply_error(Status::failed_precondition(
+          fmt::format("{} is not served on the direct channel", message_type_name(f.header.type))));
+  }
+  spdlog::warn("store server: {}: malformed frame on the direct channel; closing it", ctx_.peer);
+  return false;
+}
+
+Result<ShmLeaseGetResponse> ShmChannelServer::lease_get(const ShmLeaseGetRequest& req) {
+  KVTIER_RETURN_IF_ERROR(ctx_.check_ns(req.ns));
+  const uint32_t room = std::min(req.buffer_bytes, ctx_.max_object_bytes);
+  auto range = ctx_.area->range(req.offset, room);
+  if (!range || range->empty()) {
+    return Status::invalid_argument("ShmLeaseGet range outside the shared-memory area");
+  }
+  ShmLeaseGetResponse resp;
+  if (ctx_.lease_from_arena && held_ < ctx_.max_leases) {
+    auto lease = ctx_.store->lease_ram(req.ns, req.key);
+    if (!lease.ok()) return lease.status();
+    if (*lease) {
+      if ((*lease)->length > req.buffer_bytes) {
+        ctx_.store->release_ram_lease((*lease)->slot);
+        return Status::invalid_argument(
+            fmt::format("buffer of {} bytes is too small for block {} of {} bytes",
+                        req.buffer_bytes, req.key.to_hex(), (*lease)->length));
+      }
+      ++leases_[(*lease)->slot];
+      ++held_;
+      resp.result.hit = true;
+      resp.result.tier = kv::Tier::kRam;
+      resp.result.length = (*lease)->length;
+      resp.placement = ShmPlacement::kArena;
+      resp.arena_offset = (*lease)->offset;
+      resp.lease = (*lease)->slot;
+      ctx_.count_bytes(resp.result.length);
+      return resp;
+    }
+  }
+  // Not in RAM (or no more leases for this client): the store copies the
+  // block into the client's area, as ShmGet does.
+  auto r = ctx_.store->get(req.ns, req.key, *range);
+  if (!r.ok()) return r.status();
+  resp.result = GetOutcome::from(*r);
+  if (r->hit) {
+    resp.placement = ShmPlacement::kArea;
+    ctx_.count_bytes(r->length);
+  }
+  return resp;
+}
+
+void ShmChannelServer::release(uint32_t lease) {
+  auto it = leases_.find(lease);
+  if (it == leases_.end()) {
+    // Not ours (a buggy or hostile client): never touch another's lease.
+    spdlog::debug("store server: {}: release of lease {} it does not hold", ctx_.peer, lease);
+    return;
+  }
+  ctx_.store->release_ram_lease(it->first);
+  --held_;
+  if (--it->second == 0) leases_.erase(it);
+}
+
+void ShmChannelServer::release_all() {
+  for (auto& [slot, count] : leases_) {
+    for (uint32_t i = 0; i < count; ++i) ctx_.store->release_ram_lease(slot);
+  }
+  leases_.clear();
+  held_ = 0;
+}
+
+}  // namespace kvtier::net
