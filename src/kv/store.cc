@@ -594,7 +594,9 @@ Result<std::optional<RamLease>> Store::lease_ram(uint16_t ns, const Key128& key)
     auto rec = index_->find(key);
     if (!rec || rec->ns != ns || !rec->in_ram()) return std::optional<RamLease>();
     if (ram_->try_lease(rec->ram_slot, key, ns)) {
-      RamLease lease{rec->ram_slot, ram_->slot_offset(rec->ram_slot), ram_->length(rec->ram_slot)};
+      const uint32_t slot = rec->ram_slot;
+      RamLease lease{slot, ram_->slot_offset(slot), ram_->length(slot), ram_->data(slot),
+                     ram_->crc(slot)};
       m_->hits_ram.add();
       m_->get_bytes.add(lease.length);
       m_->get_latency.record(now_ns() - t0);

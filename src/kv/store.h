@@ -113,6 +113,8 @@ struct RamLease {
   uint32_t slot = 0;
   uint64_t offset = 0;
   uint32_t length = 0;
+  const std::byte* data = nullptr;  // the bytes, in this process
+  uint32_t crc = 0;                 // CRC32C of the bytes, as stored
 };
 
 struct BatchGetItem {

@@ -319,6 +319,9 @@ struct ServerConnection {
     size_t used = 0;             // bytes of `buf` the request uses
     std::vector<std::byte> out;  // header + descriptor (+ data that lives elsewhere)
     std::vector<asio::const_buffer> gather;
+    // A RAM slot whose bytes the write in flight sends in place (a get's
+    // block, leased from the store): released when the write completes.
+    std::optional<uint32_t> leased_slot;
   };
   std::array<BufferSet, 2> sets;
   int cur = 0;           // the set of the request being served
@@ -469,10 +472,18 @@ struct StoreServer::Impl {
   // ServerConnection::BufferSet); false when the connection is broken. Data
   // in the request's buffer set is sent from there; any other data (a
   // caller's local) is copied behind the descriptor first.
+  //
+  // `leased_slot`: `data` lies in that RAM slot, leased from the store; it is
+  // sent in place and the lease released once the write is done (or at once
+  // when nothing is sent).
   asio::awaitable<bool> send(ServerConnection& c, const Message& msg, uint64_t request_id,
                              std::span<const ByteView> data = {},
-                             std::optional<uint32_t> data_crc = std::nullopt) {
-    if (!co_await wait_write(c)) co_return false;
+                             std::optional<uint32_t> data_crc = std::nullopt,
+                             std::optional<uint32_t> leased_slot = std::nullopt) {
+    if (!co_await wait_write(c)) {
+      if (leased_slot) store->release_ram_lease(*leased_slot);
+      co_return false;
+    }
     ServerConnection::BufferSet& set = c.set();
     std::vector<std::byte>& out = set.out;
     out.clear();
@@ -495,7 +506,15 @@ struct StoreServer::Impl {
     const std::byte* lo = set.buf.data();
     const std::byte* hi = lo + set.buf.size();
     bool in_set = true;
+    if (leased_slot) {
+      set.leased_slot = leased_slot;  // pinned by the lease: no copy
+      if (data.empty()) {             // the encoding failed: nothing will read it
+        store->release_ram_lease(*set.leased_slot);
+        set.leased_slot.reset();
+      }
+    }
     for (ByteView d : data) {
+      if (set.leased_slot) break;
       if (!d.empty() && (set.buf.empty() || d.data() < lo || d.data() + d.size() > hi)) {
         in_set = false;
       }
@@ -513,7 +532,11 @@ struct StoreServer::Impl {
     c.write_set = c.cur;
     // The handler runs on the connection's strand; the connection outlives
     // it (serve() and refuse() wait for the last write before they end).
-    asio::async_write(c.sock, set.gather, [this, &c](std::error_code ec, size_t n) {
+    asio::async_write(c.sock, set.gather, [this, &c, &set](std::error_code ec, size_t n) {
+      if (set.leased_slot) {
+        store->release_ram_lease(*set.leased_slot);
+        set.leased_slot.reset();
+      }
       m->bytes_out.add(n);
       if (ec) {
         c.write_failed = true;
@@ -642,6 +665,19 @@ struct StoreServer::Impl {
       case MessageType::kGetRequest: {
         auto& req = std::get<GetRequest>(*msg);
         if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
+        // A RAM hit is sent from its slot, leased until the write is done,
+        // with the CRC the store keeps: no copy and no checksum pass here,
+        // and no hop to a store thread (a lease is an index lookup).
+        if (auto lease = s.lease_ram(req.ns, req.key); lease.ok() && *lease) {
+          const kv::RamLease& l = **lease;
+          if (l.length <= req.buffer_bytes) {
+            GetResponse resp{GetOutcome{true, kv::Tier::kRam, kv::MissReason::kNone, l.length}};
+            ByteView part(l.data, l.length);
+            co_return co_await send(c, resp, rid, std::span<const ByteView>(&part, 1), l.crc,
+                                    l.slot);
+          }
+          s.release_ram_lease(l.slot);  // too small a buffer: get() says so below
+        }
         // No object is larger than max_object_bytes, so a larger client
         // buffer needs no more room here.
         MutableByteView out =
