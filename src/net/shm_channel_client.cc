@@ -13,6 +13,10 @@
 
 namespace kvtier::net {
 
+namespace {
+constexpr int kSpinUs = 50;
+}  // namespace
+
 struct ShmDirectChannel::State {
   explicit State(int fd) : reader(fd) {}
   std::mutex mu;  // one call at a time
@@ -73,7 +77,9 @@ std::optional<Result<kv::GetResult>> ShmDirectChannel::get(
   if (!sent.ok()) return fail(kv::MissReason::kIoError, sent);
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       deadline - std::chrono::steady_clock::now());
-  auto f = st_->reader.read(static_cast<int>(std::max<int64_t>(0, left.count())));
+  // The server answers a RAM hit in microseconds: spin briefly rather than
+  // sleep and be woken.
+  auto f = st_->reader.read(static_cast<int>(std::max<int64_t>(0, left.count())), kSpinUs);
   if (!f.ok()) {
     return fail(f.status().code() == StatusCode::kTimeout ? kv::MissReason::kTimeout
                                                           : kv::MissReason::kIoError,

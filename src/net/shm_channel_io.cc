@@ -38,10 +38,11 @@ Status wait_readable(int fd, bool forever, std::chrono::steady_clock::time_point
 
 }  // namespace
 
-Result<Frame> ChannelReader::read(int timeout_ms) {
+Result<Frame> ChannelReader::read(int timeout_ms, int spin_us) {
   const bool forever = timeout_ms < 0;
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(forever ? 0 : timeout_ms);
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::milliseconds(forever ? 0 : timeout_ms);
+  const auto spin_until = start + std::chrono::microseconds(spin_us);
   for (;;) {
     if (begin_ < end_) {
       auto used = decoder_.feed(ByteView(buf_.data() + begin_, end_ - begin_));
@@ -53,6 +54,7 @@ Result<Frame> ChannelReader::read(int timeout_ms) {
     // Try the read first: on a busy channel the bytes are usually there.
     ssize_t n = ::recv(fd_, buf_.data(), buf_.size(), MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (spin_us > 0 && std::chrono::steady_clock::now() < spin_until) continue;
       KVTIER_RETURN_IF_ERROR(wait_readable(fd_, forever, deadline));
       continue;
     }

@@ -26,7 +26,9 @@ class ChannelReader {
   // The next frame. `timeout_ms` < 0 waits for ever. kTimeout when it
   // passes, kUnavailable when the peer closed the channel, a protocol error
   // for a malformed frame; after any error the channel is out of sync.
-  Result<Frame> read(int timeout_ms);
+  // `spin_us`: before sleeping in poll, keep trying the read for this long
+  // (an answer due in microseconds then costs no wake-up).
+  Result<Frame> read(int timeout_ms, int spin_us = 0);
 
  private:
   int fd_;
