@@ -2,6 +2,7 @@
 // routing by owner, batch split and merge in order, the match_prefix rule,
 // and a stopped node giving misses rather than errors.
 #include "net/cluster_store.h"
+#include "kv/test_payload.h"
 
 #include <gtest/gtest.h>
 
@@ -16,15 +17,7 @@ namespace {
 
 constexpr uint32_t kObj = 8 << 10;
 
-kv::Namespace cluster_namespace() {
-  kv::Namespace ns;
-  ns.model_id = "cluster-unit";
-  ns.model_revision = "r1";
-  ns.tokenizer_id = "tok";
-  ns.kv_dtype = "bf16";
-  ns.kv_layout = "NHD";
-  return ns;
-}
+kv::Namespace cluster_namespace() { return kv::test_namespace("cluster-unit"); }
 
 struct ThreeNodes {
   std::vector<std::unique_ptr<StoreServer>> servers;

@@ -521,12 +521,17 @@ template <typename Io>
 void fields(Io& io, ShmPutResponse& m) {
   put_outcome(io, m.result);
 }
-template <typename Io>
-void fields(Io& io, ShmGetRequest& m) {
+// ShmGet and ShmLeaseGet requests share their fields.
+template <typename Io, typename M>
+void shm_get_fields(Io& io, M& m) {
   io.u16(m.ns, "ns");
   io.key(m.key, "key");
   io.u64(m.offset, "offset");
   io.u32(m.buffer_bytes, "buffer_bytes");
+}
+template <typename Io>
+void fields(Io& io, ShmGetRequest& m) {
+  shm_get_fields(io, m);
 }
 template <typename Io>
 void fields(Io& io, ShmGetResponse& m) {
@@ -534,10 +539,7 @@ void fields(Io& io, ShmGetResponse& m) {
 }
 template <typename Io>
 void fields(Io& io, ShmLeaseGetRequest& m) {
-  io.u16(m.ns, "ns");
-  io.key(m.key, "key");
-  io.u64(m.offset, "offset");
-  io.u32(m.buffer_bytes, "buffer_bytes");
+  shm_get_fields(io, m);
 }
 template <typename Io>
 void fields(Io& io, ShmLeaseGetResponse& m) {

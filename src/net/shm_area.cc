@@ -30,22 +30,21 @@ Status errno_status(const std::string& what) {
   return Status::unavailable(fmt::format("{}: {}", what, std::strerror(errno)));
 }
 
-void put_u64(std::byte* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
+// Little-endian fields of the attach messages.
+template <typename T>
+void put_le(std::byte* p, T v) {
+  for (size_t i = 0; i < sizeof(T); ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
 }
-uint64_t get_u64(const std::byte* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+template <typename T>
+T get_le(const std::byte* p) {
+  T v = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<T>(p[i]) << (8 * i);
   return v;
 }
-void put_u32(std::byte* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
-}
-uint32_t get_u32(const std::byte* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
-  return v;
-}
+void put_u64(std::byte* p, uint64_t v) { put_le(p, v); }
+void put_u32(std::byte* p, uint32_t v) { put_le(p, v); }
+uint64_t get_u64(const std::byte* p) { return get_le<uint64_t>(p); }
+uint32_t get_u32(const std::byte* p) { return get_le<uint32_t>(p); }
 
 // The fds of SCM_RIGHTS messages in `mh` (all of them, so none leaks).
 std::vector<int> received_fds(msghdr& mh) {

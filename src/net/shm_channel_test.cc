@@ -29,15 +29,7 @@ using kv::test_key;
 
 constexpr uint32_t kObj = 128 << 10;
 
-kv::Namespace channel_namespace() {
-  kv::Namespace ns;
-  ns.model_id = "channel-model";
-  ns.model_revision = "r1";
-  ns.tokenizer_id = "tok";
-  ns.kv_dtype = "bf16";
-  ns.kv_layout = "NHD";
-  return ns;
-}
+kv::Namespace channel_namespace() { return kv::test_namespace("channel-model"); }
 
 std::unique_ptr<kv::Store> arena_store(uint64_t ram_slots, bool with_disk) {
   kv::StoreOptions o;

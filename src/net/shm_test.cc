@@ -27,15 +27,7 @@ using kv::test_key;
 
 constexpr uint32_t kObj = 256 << 10;
 
-kv::Namespace shm_namespace() {
-  kv::Namespace ns;
-  ns.model_id = "shm-model";
-  ns.model_revision = "r1";
-  ns.tokenizer_id = "tok";
-  ns.kv_dtype = "bf16";
-  ns.kv_layout = "NHD";
-  return ns;
-}
+kv::Namespace shm_namespace() { return kv::test_namespace("shm-model"); }
 
 std::unique_ptr<StoreServer> start_server(bool shm_enabled) {
   ServerConfig c;

@@ -692,29 +692,41 @@ TEST(StoreServer, PipelinedConcurrentClientsOverTcpWithStats) {
 // A client that sends many gets and reads nothing for a while: the server's
 // write of one response blocks while it serves the gets behind it, whose
 // store copies must not land in the bytes still being sent.
+// Puts blocks `first` .. `first + count - 1` (payloads from their keys)
+// through a TCP client.
+void put_payloads(StoreServer& server, uint64_t first, int count) {
+  RemoteStoreOptions o = client_options(server.port());
+  o.shared_memory = false;
+  auto loader = connect(o);
+  uint16_t ns = *loader->register_namespace(test_namespace());
+  AlignedBuffer buf(kObj);
+  for (int i = 0; i < count; ++i) {
+    fill_payload(test_key(first + i), buf.view());
+    ASSERT_TRUE(loader->put(ns, test_key(first + i), buf.view())->stored());
+  }
+}
+
+// Hello and RegisterNamespace(test_namespace()) on a raw client: the handle.
+std::optional<uint16_t> raw_session(RawClient& raw) {
+  if (!raw.connected() || !raw.hello()) return std::nullopt;
+  if (!raw.send_message(RegisterNamespaceRequest{test_namespace()}, 2)) return std::nullopt;
+  auto reg = raw.read_frame();
+  if (!reg.ok()) return std::nullopt;
+  auto handle = RegisterNamespaceResponse::decode(reg->descriptor);
+  if (!handle.ok()) return std::nullopt;
+  return handle->handle;
+}
+
 TEST(StoreServer, SlowReaderGetsEveryPipelinedResponseIntact) {
   auto server = start_server(test_config(), small_store(64));
   ASSERT_TRUE(server);
-  RemoteStoreOptions o = client_options(server->port());
-  o.shared_memory = false;
-  auto loader = connect(o);
-  uint16_t lns = *loader->register_namespace(test_namespace());
   constexpr int kKeys = 24;
-  AlignedBuffer buf(kObj);
-  for (int i = 0; i < kKeys; ++i) {
-    fill_payload(test_key(7000 + i), buf.view());
-    ASSERT_TRUE(loader->put(lns, test_key(7000 + i), buf.view())->stored());
-  }
+  put_payloads(*server, 7000, kKeys);
   RawClient raw(server->port(), 16 << 10);
-  ASSERT_TRUE(raw.connected());
-  ASSERT_TRUE(raw.hello());
-  ASSERT_TRUE(raw.send_message(RegisterNamespaceRequest{test_namespace()}, 2));
-  auto reg = raw.read_frame();
-  ASSERT_TRUE(reg.ok()) << reg.status().to_string();
-  auto handle = RegisterNamespaceResponse::decode(reg->descriptor);
-  ASSERT_TRUE(handle.ok());
+  auto handle = raw_session(raw);
+  ASSERT_TRUE(handle.has_value());
   for (int i = 0; i < kKeys; ++i) {
-    ASSERT_TRUE(raw.send_message(GetRequest{handle->handle, test_key(7000 + i), kObj},
+    ASSERT_TRUE(raw.send_message(GetRequest{*handle, test_key(7000 + i), kObj},
                                  static_cast<uint64_t>(100 + i)));
   }
   std::this_thread::sleep_for(milliseconds(300));
@@ -739,27 +751,14 @@ TEST(StoreServer, SlowReaderGetsEveryPipelinedResponseIntact) {
 TEST(StoreServer, ReaderThatVanishesMidWriteLeavesNoLeaseBehind) {
   auto server = start_server(test_config(), small_store(64));
   ASSERT_TRUE(server);
-  RemoteStoreOptions o = client_options(server->port());
-  o.shared_memory = false;
-  auto loader = connect(o);
-  uint16_t lns = *loader->register_namespace(test_namespace());
-  AlignedBuffer buf(kObj);
-  for (int i = 0; i < 8; ++i) {
-    fill_payload(test_key(8000 + i), buf.view());
-    ASSERT_TRUE(loader->put(lns, test_key(8000 + i), buf.view())->stored());
-  }
+  put_payloads(*server, 8000, 8);
   {
     RawClient raw(server->port(), 16 << 10);
-    ASSERT_TRUE(raw.connected());
-    ASSERT_TRUE(raw.hello());
-    ASSERT_TRUE(raw.send_message(RegisterNamespaceRequest{test_namespace()}, 2));
-    auto reg = raw.read_frame();
-    ASSERT_TRUE(reg.ok());
-    auto handle = RegisterNamespaceResponse::decode(reg->descriptor);
-    ASSERT_TRUE(handle.ok());
+    auto handle = raw_session(raw);
+    ASSERT_TRUE(handle.has_value());
     // More than the socket buffers hold (20 MiB), so a write blocks.
     for (int i = 0; i < 320; ++i) {
-      ASSERT_TRUE(raw.send_message(GetRequest{handle->handle, test_key(8000 + i % 8), kObj},
+      ASSERT_TRUE(raw.send_message(GetRequest{*handle, test_key(8000 + i % 8), kObj},
                                    static_cast<uint64_t>(100 + i)));
     }
     std::this_thread::sleep_for(milliseconds(200));

@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "engine/store_client.h"
+#include "kv/test_payload.h"
 #include "net/cluster_config.h"
 #include "net/cluster_store.h"
 #include "net/etcd_client.h"
@@ -186,15 +187,7 @@ class ClusterFixture {
   std::map<std::string, uint16_t> ports_;
 };
 
-kv::Namespace test_namespace() {
-  kv::Namespace ns;
-  ns.model_id = "cluster-test";
-  ns.model_revision = "r1";
-  ns.tokenizer_id = "tok";
-  ns.kv_dtype = "bf16";
-  ns.kv_layout = "NHD";
-  return ns;
-}
+kv::Namespace test_namespace() { return kv::test_namespace("cluster-test"); }
 
 kv::Key128 block_key(uint64_t round, uint64_t i) {
   return kv::Key128{0x6b76746965720000ull + round, i * 0x9E3779B97F4A7C15ull + 1};

@@ -40,15 +40,7 @@ using std::chrono::milliseconds;
 
 constexpr uint32_t kObj = 16 << 10;
 
-kv::Namespace test_namespace() {
-  kv::Namespace ns;
-  ns.model_id = "service-test";
-  ns.model_revision = "r1";
-  ns.tokenizer_id = "tok";
-  ns.kv_dtype = "bf16";
-  ns.kv_layout = "NHD";
-  return ns;
-}
+kv::Namespace test_namespace() { return kv::test_namespace("service-test"); }
 
 std::string read_all(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
