@@ -61,6 +61,24 @@ std::vector<int> received_fds(msghdr& mh) {
   return fds;
 }
 
+// recvmsg of up to `n` bytes with room for a few fds: `fds` gets every fd
+// that came, `truncated` whether some did not fit.
+ssize_t recv_with_fds(int s, std::byte* buf, size_t n, int flags, std::vector<int>* fds,
+                      bool* truncated) {
+  iovec iov{buf, n};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)] = {};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = control;
+  mh.msg_controllen = sizeof control;
+  ssize_t got = recvmsg(s, &mh, MSG_CMSG_CLOEXEC | flags);
+  if (got < 0) mh.msg_controllen = 0;  // nothing was received
+  *fds = received_fds(mh);
+  *truncated = (mh.msg_flags & MSG_CTRUNC) != 0;
+  return got;
+}
+
 // sendmsg of `bytes` with `fd` attached (unless -1).
 bool send_with_fd(int s, const std::byte* bytes, size_t n, int fd) {
   iovec iov{const_cast<std::byte*>(bytes), n};
@@ -205,15 +223,10 @@ Result<ShmAttachGrant> shm_attach_send(const std::string& name, const ShmAttachM
   // A refusal is one byte and a close; a version-2 grant is 17 bytes, the
   // arena's fd riding on them (so they are read with room for it).
   std::byte answer[kGrantBytes] = {};
-  iovec iov{answer, msg.version == 1 ? size_t{1} : kGrantBytes};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)] = {};
-  msghdr mh{};
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  mh.msg_control = control;
-  mh.msg_controllen = sizeof control;
-  ssize_t n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC | MSG_WAITALL);
-  std::vector<int> fds = received_fds(mh);
+  std::vector<int> fds;
+  bool truncated = false;
+  ssize_t n = recv_with_fds(s, answer, msg.version == 1 ? size_t{1} : kGrantBytes, MSG_WAITALL,
+                            &fds, &truncated);
   auto fail_closing_fds = [&](Status st) {
     for (int f : fds) close(f);
     return fail(std::move(st));
@@ -232,7 +245,7 @@ Result<ShmAttachGrant> shm_attach_send(const std::string& name, const ShmAttachM
     return grant;
   }
   const uint32_t flags = get_u32(answer + 9);
-  if (n != static_cast<ssize_t>(kGrantBytes) || (mh.msg_flags & MSG_CTRUNC) != 0 ||
+  if (n != static_cast<ssize_t>(kGrantBytes) || truncated ||
       fds.size() != ((flags & kGrantArena) != 0 ? 1u : 0u)) {
     return fail_closing_fds(Status::unavailable("malformed shared-memory grant"));
   }
@@ -272,16 +285,10 @@ Result<ShmListener::Received> ShmListener::accept_one(uint32_t timeout_ms) {
   // The client sends its message with one sendmsg: one recvmsg (not
   // MSG_WAITALL, whose length would have to be known) takes it whole.
   std::byte payload[kAttachV2Bytes + 1];
-  iovec iov{payload, sizeof payload};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)] = {};
-  msghdr mh{};
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  mh.msg_control = control;
-  mh.msg_controllen = sizeof control;
-  ssize_t n = recvmsg(c, &mh, MSG_CMSG_CLOEXEC);
-  // Collect every fd that came, so none leaks whatever else is wrong.
-  std::vector<int> fds = received_fds(mh);
+  // Every fd that came is collected, so none leaks whatever else is wrong.
+  std::vector<int> fds;
+  bool truncated = false;
+  ssize_t n = recv_with_fds(c, payload, sizeof payload, 0, &fds, &truncated);
   auto refuse = [&](Status st) -> Result<Received> {
     for (int f : fds) close(f);
     shm_attach_answer(c, false);
@@ -291,7 +298,7 @@ Result<ShmListener::Received> ShmListener::accept_one(uint32_t timeout_ms) {
     return refuse(Status::invalid_argument(
         fmt::format("shared-memory attach message of {} bytes (24 or 32 expected)", n)));
   }
-  if ((mh.msg_flags & MSG_CTRUNC) != 0 || fds.size() != 1) {
+  if (truncated || fds.size() != 1) {
     return refuse(Status::invalid_argument("shared-memory attach message without exactly one fd"));
   }
   Received r;
