@@ -6,6 +6,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/block_copy.h"
 #include "common/clock.h"
 #include "common/crc32c.h"
 
@@ -301,7 +302,7 @@ Result<PutResult> Store::put(uint16_t ns, const Key128& key, ByteView data) {
   }
   const uint32_t crc = crc32c(data);
   if (auto slot = obtain_slot()) {
-    std::memcpy(ram_->data(*slot), data.data(), data.size());
+    copy_block(ram_->data(*slot), data.data(), data.size());
     ram_->publish(*slot, key, ns, static_cast<uint32_t>(data.size()), crc, /*hold_lease=*/true);
     IndexRecord rec;
     rec.key = key;
@@ -421,7 +422,7 @@ MissReason Store::disk_failure(const IndexRecord& rec, const Status& st) {
 void Store::promote(uint16_t ns, const Key128& key, ByteView data, uint32_t expected_crc) {
   auto slot = obtain_slot();
   if (!slot) return;
-  std::memcpy(ram_->data(*slot), data.data(), data.size());
+  copy_block(ram_->data(*slot), data.data(), data.size());
   // The bytes come from the caller's buffer, which the caller may have
   // reused or overlapped: promote only what still matches the verified CRC.
   const uint32_t crc = crc32c(ram_->data(*slot), data.size());
@@ -537,7 +538,7 @@ Result<std::vector<GetResult>> Store::batch_get(uint16_t ns, std::span<const Bat
       if (rec->in_ram()) {
         if (ram_->try_lease(rec->ram_slot, key, ns)) {
           const uint32_t len = ram_->length(rec->ram_slot);
-          std::memcpy(items[i].out.data(), ram_->data(rec->ram_slot), len);
+          copy_block(items[i].out.data(), ram_->data(rec->ram_slot), len);
           ram_->release(rec->ram_slot);
           res.hit = true;
           res.tier = Tier::kRam;

@@ -538,8 +538,13 @@ void fields(Io& io, ShmGetResponse& m) {
   get_outcome(io, m.result);
 }
 template <typename Io>
+void lease_list(Io& io, std::vector<uint32_t>& leases, const char* name) {
+  io.items(leases, kMaxShmReleases, 4, name, [&](uint32_t& l) { io.u32(l, "lease"); });
+}
+template <typename Io>
 void fields(Io& io, ShmLeaseGetRequest& m) {
   shm_get_fields(io, m);
+  lease_list(io, m.release, "release");
 }
 template <typename Io>
 void fields(Io& io, ShmLeaseGetResponse& m) {
@@ -551,7 +556,7 @@ void fields(Io& io, ShmLeaseGetResponse& m) {
 }
 template <typename Io>
 void fields(Io& io, ShmReleaseRequest& m) {
-  io.items(m.leases, kMaxShmReleases, 4, "leases", [&](uint32_t& l) { io.u32(l, "lease"); });
+  lease_list(io, m.leases, "leases");
 }
 template <typename Io>
 void fields(Io& io, StatsResponse& m) {

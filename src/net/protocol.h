@@ -456,18 +456,24 @@ struct ShmGetResponse {
 // thread hand-offs on either side. Besides ShmPut and ShmGet it carries
 // ShmLeaseGet, whose RAM hits are not copied by the server at all: the
 // server leases the block's RAM slot and names where it lies in the RAM
-// arena the client mapped read-only; the client copies it out and then
-// releases the lease with a ShmRelease (one-way: no response).
+// arena the client mapped read-only; the client copies it out and releases
+// the lease with its next ShmLeaseGet, or with a ShmRelease (one-way: no
+// response) when it has no next one soon.
 enum class ShmPlacement : uint8_t {
   kNone = 0,   // a miss
   kArea = 1,   // copied into the client's area at the request's offset
   kArena = 2,  // leased in the server's RAM arena at arena_offset
 };
+constexpr uint32_t kMaxShmReleases = 256;
 struct ShmLeaseGetRequest {
   uint16_t ns = 0;
   kv::Key128 key;
   uint64_t offset = 0;        // where a hit that is not leased goes (as ShmGet)
   uint32_t buffer_bytes = 0;  // room there and in the caller's buffer
+  // Leases of earlier answers the client is done with (<= kMaxShmReleases):
+  // released before this request is served, so a busy client sends no
+  // separate ShmRelease.
+  std::vector<uint32_t> release;
   uint64_t data_bytes() const { return 0; }
   KVTIER_NET_MESSAGE(ShmLeaseGetRequest) = default;
 };
@@ -479,7 +485,6 @@ struct ShmLeaseGetResponse {
   uint64_t data_bytes() const { return 0; }
   KVTIER_NET_MESSAGE(ShmLeaseGetResponse) = default;
 };
-constexpr uint32_t kMaxShmReleases = 256;
 struct ShmReleaseRequest {
   std::vector<uint32_t> leases;  // <= kMaxShmReleases
   uint64_t data_bytes() const { return 0; }

@@ -15,6 +15,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/block_copy.h"
 #include "net/shm_area.h"
 #include "net/shm_channel_client.h"
 #include "net/store_server.h"  // FrameStreamReader
@@ -211,7 +212,7 @@ namespace {
 class ClientShm {
  public:
   ClientShm(std::shared_ptr<ShmArea> area, size_t slot_bytes, size_t slots,
-            std::unique_ptr<ShmDirectChannel> channel)
+            std::shared_ptr<ShmDirectChannel> channel)
       : area_(std::move(area)), slot_bytes_(slot_bytes), channel_(std::move(channel)) {
     for (size_t i = slots; i > 0; --i) free_.push_back(static_cast<uint32_t>(i - 1));
   }
@@ -235,7 +236,7 @@ class ClientShm {
  private:
   std::shared_ptr<ShmArea> area_;
   size_t slot_bytes_;
-  std::unique_ptr<ShmDirectChannel> channel_;
+  std::shared_ptr<ShmDirectChannel> channel_;
   std::mutex mu_;
   std::vector<uint32_t> free_;
 };
@@ -252,7 +253,8 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
         sock_(strand_),
         resolver_(strand_),
         backoff_timer_(strand_),
-        deadline_(strand_) {}
+        deadline_(strand_),
+        release_timer_(strand_) {}
 
   void start() { asio::co_spawn(strand_, run(shared_from_this()), asio::detached); }
 
@@ -573,12 +575,16 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
                    index_, grant.status().message());
       co_return none;
     }
-    std::unique_ptr<ShmDirectChannel> channel;
+    std::shared_ptr<ShmDirectChannel> channel;
     if (grant->channel >= 0) {
       auto ch = ShmDirectChannel::open(grant->channel, grant->arena, grant->arena_bytes,
                                        &shared_.arena_reads);
       if (ch.ok()) {
         channel = std::move(*ch);
+        channel->set_flush_scheduler(
+            [weak_self = weak_from_this(), weak_ch = std::weak_ptr<ShmDirectChannel>(channel)] {
+              if (auto self = weak_self.lock()) self->schedule_release_flush(weak_ch);
+            });
         shared_.direct_channels.fetch_add(1, std::memory_order_relaxed);
       } else {
         spdlog::info("store client: connection {}: no direct channel: {}", index_,
@@ -588,6 +594,20 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
       ::close(grant->arena);
     }
     co_return std::make_shared<ClientShm>(std::move(*area), slot, slots, std::move(channel));
+  }
+
+  // A direct channel holds leases its caller is done with until its next
+  // get; when none comes within kReleaseFlushDelay, they are sent from here.
+  static constexpr auto kReleaseFlushDelay = std::chrono::milliseconds(5);
+  void schedule_release_flush(std::weak_ptr<ShmDirectChannel> weak_ch) {
+    asio::post(strand_, [self = shared_from_this(), weak_ch] {
+      self->release_timer_.expires_after(kReleaseFlushDelay);
+      self->release_timer_.async_wait([self, weak_ch](std::error_code ec) {
+        auto ch = weak_ch.lock();
+        if (ec || !ch) return;
+        if (ch->flush_releases()) self->schedule_release_flush(weak_ch);
+      });
+    });
   }
 
   // Where the data section of a response for `c` goes: the caller's buffers.
@@ -747,6 +767,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
   tcp::resolver resolver_;
   asio::steady_timer backoff_timer_;
   asio::steady_timer deadline_;
+  asio::steady_timer release_timer_;  // direct channel: flushes idle leases
   std::unique_ptr<FrameStreamReader> reader_;
 
   std::atomic<uint64_t> next_id_{1};
@@ -1011,7 +1032,7 @@ struct RemoteStore::Impl {
     if (!shm || data.size() > shm->slot_bytes()) return std::nullopt;
     auto slot = shm->acquire();
     if (!slot) return std::nullopt;
-    std::memcpy(shm->slot_data(*slot), data.data(), data.size());
+    copy_block(shm->slot_data(*slot), data.data(), data.size());
     Reply r = exchange(
         t, ShmPutRequest{t.server_ns, key, shm->offset(*slot), static_cast<uint32_t>(data.size())},
         {}, {}, MessageType::kShmPutResponse, dl);
@@ -1069,7 +1090,7 @@ struct RemoteStore::Impl {
       shm->release(*slot);
       return Result<kv::GetResult>(miss);  // the server broke the protocol: never wrong bytes
     }
-    if (resp->result.hit) std::memcpy(out.data(), shm->slot_data(*slot), resp->result.length);
+    if (resp->result.hit) copy_block(out.data(), shm->slot_data(*slot), resp->result.length);
     shm->release(*slot);
     shared.shm_calls.fetch_add(1, std::memory_order_relaxed);
     return Result<kv::GetResult>(resp->result.to_result());

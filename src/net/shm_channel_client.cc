@@ -8,6 +8,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/block_copy.h"
 #include "net/protocol.h"
 #include "net/shm_channel_io.h"
 
@@ -23,6 +24,9 @@ struct ShmDirectChannel::State {
   ChannelReader reader;
   uint64_t next_id = 1;
   std::atomic<bool> broken{false};
+  std::vector<uint32_t> pending;  // leases done with, not yet released
+  bool flush_armed = false;
+  std::function<void()> arm_flush;
 };
 
 Result<std::unique_ptr<ShmDirectChannel>> ShmDirectChannel::open(
@@ -59,6 +63,35 @@ ShmDirectChannel::~ShmDirectChannel() {
 
 bool ShmDirectChannel::broken() const { return st_->broken.load(std::memory_order_relaxed); }
 
+void ShmDirectChannel::set_flush_scheduler(std::function<void()> arm) {
+  std::lock_guard lk(st_->mu);
+  st_->arm_flush = std::move(arm);
+}
+
+void ShmDirectChannel::send_pending_releases() {
+  if (st_->pending.empty() || broken()) return;
+  // One-way: the next call's answer comes after it on the stream.
+  Status st = channel_send(fd_, ShmReleaseRequest{std::move(st_->pending)}, st_->next_id++);
+  st_->pending.clear();
+  if (!st.ok()) {
+    // The server frees the leases when it sees the channel close.
+    spdlog::info("store client: direct channel given up: {}", st.to_string());
+    st_->broken.store(true, std::memory_order_relaxed);
+  }
+}
+
+bool ShmDirectChannel::flush_releases() {
+  std::unique_lock lk(st_->mu, std::try_to_lock);
+  if (!lk.owns_lock()) return true;  // a get is under way: look again later
+  if (st_->pending.empty()) {
+    st_->flush_armed = false;
+    return false;
+  }
+  send_pending_releases();
+  st_->flush_armed = false;
+  return false;
+}
+
 std::optional<Result<kv::GetResult>> ShmDirectChannel::get(
     uint16_t server_ns, const kv::Key128& key, MutableByteView out, const AreaSlot& slot,
     std::chrono::steady_clock::time_point deadline) {
@@ -73,7 +106,9 @@ std::optional<Result<kv::GetResult>> ShmDirectChannel::get(
   };
   const uint64_t id = st_->next_id++;
   const auto room = static_cast<uint32_t>(std::min<uint64_t>(out.size(), slot.room));
-  Status sent = channel_send(fd_, ShmLeaseGetRequest{server_ns, key, slot.offset, room}, id);
+  ShmLeaseGetRequest req{server_ns, key, slot.offset, room, {}};
+  req.release.swap(st_->pending);  // the server releases them first
+  Status sent = channel_send(fd_, req, id);
   if (!sent.ok()) return fail(kv::MissReason::kIoError, sent);
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       deadline - std::chrono::steady_clock::now());
@@ -103,7 +138,7 @@ std::optional<Result<kv::GetResult>> ShmDirectChannel::get(
       if (r.length > room) {
         return fail(kv::MissReason::kIoError, Status::internal("area hit larger than the room"));
       }
-      std::memcpy(out.data(), slot.data, r.length);
+      copy_block(out.data(), slot.data, r.length);
       break;
     case ShmPlacement::kArena: {
       // Never trust the server's numbers with our memory.
@@ -111,13 +146,15 @@ std::optional<Result<kv::GetResult>> ShmDirectChannel::get(
           r.length > arena_bytes_ - resp->arena_offset) {
         return fail(kv::MissReason::kIoError, Status::internal("lease outside the RAM arena"));
       }
-      std::memcpy(out.data(), arena_ + resp->arena_offset, r.length);
+      copy_block(out.data(), arena_ + resp->arena_offset, r.length);
       if (arena_reads_ != nullptr) arena_reads_->fetch_add(1, std::memory_order_relaxed);
-      // One-way: the next call's answer comes after it on the stream.
-      Status rel = channel_send(fd_, ShmReleaseRequest{{resp->lease}}, st_->next_id++);
-      if (!rel.ok()) {
-        // The bytes are copied; the server frees the lease when it sees the close.
-        (void)fail(kv::MissReason::kIoError, rel);
+      // Released with the next get, or by a flush if none comes soon.
+      st_->pending.push_back(resp->lease);
+      if (st_->pending.size() >= kMaxShmReleases) {
+        send_pending_releases();
+      } else if (!st_->flush_armed && st_->arm_flush) {
+        st_->flush_armed = true;
+        st_->arm_flush();
       }
       break;
     }

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -57,6 +58,14 @@ class ShmDirectChannel {
   bool broken() const;
   bool has_arena() const { return arena_ != nullptr; }
 
+  // `arm` is called (under the channel's lock, so it must only post work)
+  // when a lease becomes pending and no flush is scheduled; the owner then
+  // calls flush_releases() after a short delay.
+  void set_flush_scheduler(std::function<void()> arm);
+  // Sends the pending releases if the channel is idle. True when the owner
+  // should call again later (the channel was busy, or leases were pending).
+  bool flush_releases();
+
  private:
   ShmDirectChannel(int fd, const std::byte* arena, uint64_t arena_bytes,
                    std::atomic<uint64_t>* arena_reads);
@@ -65,6 +74,8 @@ class ShmDirectChannel {
   const std::byte* arena_;
   uint64_t arena_bytes_;
   std::atomic<uint64_t>* arena_reads_;
+  // Under the channel's lock: sends the pending releases as one ShmRelease.
+  void send_pending_releases();
   std::unique_ptr<State> st_;
 };
 

@@ -109,7 +109,7 @@ struct ChannelRig {
 TEST(ShmChannelServer, RamHitIsLeasedInTheArenaUntilReleased) {
   ChannelRig rig;
   rig.put(1);
-  auto f = rig.ask(ShmLeaseGetRequest{rig.ns, test_key(1), 0, kObj}, 1);
+  auto f = rig.ask(ShmLeaseGetRequest{rig.ns, test_key(1), 0, kObj, {}}, 1);
   ASSERT_TRUE(f.ok()) << f.status().to_string();
   EXPECT_EQ(f->header.request_id, 1u);
   auto r = decode_message_as<ShmLeaseGetResponse>(f->header, f->descriptor);
@@ -125,17 +125,17 @@ TEST(ShmChannelServer, RamHitIsLeasedInTheArenaUntilReleased) {
   ASSERT_TRUE(channel_send(rig.client, ShmReleaseRequest{{r->lease}}, 3).ok());
   EXPECT_TRUE(wait_for([&] { return rig.store->stats().ram_leased == 0; }));
   // A miss names no place; an unknown namespace is an Error, not a close.
-  f = rig.ask(ShmLeaseGetRequest{rig.ns, test_key(99), 0, kObj}, 4);
+  f = rig.ask(ShmLeaseGetRequest{rig.ns, test_key(99), 0, kObj, {}}, 4);
   ASSERT_TRUE(f.ok());
   r = decode_message_as<ShmLeaseGetResponse>(f->header, f->descriptor);
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r->result.hit);
   EXPECT_EQ(r->result.miss, kv::MissReason::kNotFound);
-  f = rig.ask(ShmLeaseGetRequest{static_cast<uint16_t>(rig.ns + 7), test_key(1), 0, kObj}, 5);
+  f = rig.ask(ShmLeaseGetRequest{static_cast<uint16_t>(rig.ns + 7), test_key(1), 0, kObj, {}}, 5);
   ASSERT_TRUE(f.ok());
   EXPECT_EQ(f->header.type, MessageType::kErrorResponse);
   // A range outside the client's area is an Error too.
-  f = rig.ask(ShmLeaseGetRequest{rig.ns, test_key(1), 4 * kObj, kObj}, 6);
+  f = rig.ask(ShmLeaseGetRequest{rig.ns, test_key(1), 4 * kObj, kObj, {}}, 6);
   ASSERT_TRUE(f.ok());
   EXPECT_EQ(f->header.type, MessageType::kErrorResponse);
   // Other requests are not served here.
@@ -145,11 +145,26 @@ TEST(ShmChannelServer, RamHitIsLeasedInTheArenaUntilReleased) {
   EXPECT_FALSE(rig.server->finished());
 }
 
+TEST(ShmChannelServer, TheNextRequestCarriesTheReleases) {
+  ChannelRig rig;
+  rig.put(1);
+  rig.put(2);
+  auto f = rig.ask(ShmLeaseGetRequest{rig.ns, test_key(1), 0, kObj, {}}, 1);
+  ASSERT_TRUE(f.ok());
+  auto first = decode_message_as<ShmLeaseGetResponse>(f->header, f->descriptor);
+  ASSERT_TRUE(first.ok() && first->placement == ShmPlacement::kArena);
+  f = rig.ask(ShmLeaseGetRequest{rig.ns, test_key(2), 0, kObj, {first->lease}}, 2);
+  ASSERT_TRUE(f.ok());
+  auto second = decode_message_as<ShmLeaseGetResponse>(f->header, f->descriptor);
+  ASSERT_TRUE(second.ok() && second->placement == ShmPlacement::kArena);
+  EXPECT_EQ(rig.store->stats().ram_leased, 1u);  // only the second
+}
+
 TEST(ShmChannelServer, ClientThatGoesAwayLosesItsLeases) {
   ChannelRig rig;
   for (uint64_t id = 1; id <= 3; ++id) {
     rig.put(id);
-    auto f = rig.ask(ShmLeaseGetRequest{rig.ns, test_key(id), 0, kObj}, id);
+    auto f = rig.ask(ShmLeaseGetRequest{rig.ns, test_key(id), 0, kObj, {}}, id);
     ASSERT_TRUE(f.ok());
   }
   EXPECT_EQ(rig.store->stats().ram_leased, 3u);
@@ -161,7 +176,7 @@ TEST(ShmChannelServer, ClientThatGoesAwayLosesItsLeases) {
 TEST(ShmChannelServer, MalformedFrameClosesTheChannelAndFreesLeases) {
   ChannelRig rig;
   rig.put(1);
-  ASSERT_TRUE(rig.ask(ShmLeaseGetRequest{rig.ns, test_key(1), 0, kObj}, 1).ok());
+  ASSERT_TRUE(rig.ask(ShmLeaseGetRequest{rig.ns, test_key(1), 0, kObj, {}}, 1).ok());
   EXPECT_EQ(rig.store->stats().ram_leased, 1u);
   std::byte junk[64];
   std::memset(junk, 0x5A, sizeof junk);
@@ -174,8 +189,8 @@ TEST(ShmChannelServer, PastTheLeaseLimitHitsAreCopiedIntoTheArea) {
   ChannelRig rig(/*max_leases=*/1);
   rig.put(1);
   rig.put(2);
-  ASSERT_TRUE(rig.ask(ShmLeaseGetRequest{rig.ns, test_key(1), 0, kObj}, 1).ok());
-  auto f = rig.ask(ShmLeaseGetRequest{rig.ns, test_key(2), kObj, kObj}, 2);
+  ASSERT_TRUE(rig.ask(ShmLeaseGetRequest{rig.ns, test_key(1), 0, kObj, {}}, 1).ok());
+  auto f = rig.ask(ShmLeaseGetRequest{rig.ns, test_key(2), kObj, kObj, {}}, 2);
   ASSERT_TRUE(f.ok());
   auto r = decode_message_as<ShmLeaseGetResponse>(f->header, f->descriptor);
   ASSERT_TRUE(r.ok());

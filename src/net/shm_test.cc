@@ -107,7 +107,8 @@ TEST(ShmProtocol, MessagesRoundTripAndCarryNoData) {
       ShmPutResponse{{kv::PutResult::Outcome::kStored, kv::Tier::kRam, kv::RefuseReason::kNone}});
   expect_round_trip(ShmGetRequest{1, test_key(5), 1u << 30, 1536u << 10});
   expect_round_trip(ShmGetResponse{{true, kv::Tier::kRam, kv::MissReason::kNone, 1536u << 10}});
-  expect_round_trip(ShmLeaseGetRequest{1, test_key(6), 4096, 1536u << 10});
+  expect_round_trip(ShmLeaseGetRequest{1, test_key(6), 4096, 1536u << 10, {}});
+  expect_round_trip(ShmLeaseGetRequest{1, test_key(6), 4096, 1536u << 10, {7, 8, 9}});
   expect_round_trip(ShmLeaseGetResponse{
       {true, kv::Tier::kRam, kv::MissReason::kNone, 100}, ShmPlacement::kArena, 1u << 30, 77});
   expect_round_trip(ShmLeaseGetResponse{
