@@ -7,6 +7,8 @@
 #include "net/protocol.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -77,6 +79,12 @@ std::string hex32(uint32_t v) {
 void store_le(std::byte* p, uint64_t v, size_t n) {
   for (size_t i = 0; i < n; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
 }
+// A key on the wire is hi then lo, each little-endian: on a little-endian
+// host with Key128 laid out as {hi, lo}, a key list is copied whole.
+constexpr bool kKeysAreWireLayout = std::endian::native == std::endian::little &&
+                                    sizeof(kv::Key128) == 16 && offsetof(kv::Key128, hi) == 0 &&
+                                    offsetof(kv::Key128, lo) == 8;
+
 uint64_t load_le(const std::byte* p, size_t n) {
   uint64_t v = 0;
   for (size_t i = 0; i < n; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
@@ -152,6 +160,10 @@ class Writer {
     size_t at = out_.size();
     out_.resize(at + v.size() * 16);
     std::byte* p = out_.data() + at;
+    if constexpr (kKeysAreWireLayout) {
+      std::memcpy(p, v.data(), v.size() * 16);  // a chain of 8,192 keys is 128 KiB
+      return;
+    }
     for (const kv::Key128& k : v) {
       store_le(p, k.hi, 8);
       store_le(p + 8, k.lo, 8);
@@ -276,6 +288,11 @@ class Reader {
     }
     v.resize(n);
     const std::byte* p = in_.data() + pos_;
+    if constexpr (kKeysAreWireLayout) {
+      std::memcpy(v.data(), p, n * 16);
+      pos_ += n * 16;
+      return;
+    }
     for (kv::Key128& k : v) {
       k.hi = load_le(p, 8);
       k.lo = load_le(p + 8, 8);
