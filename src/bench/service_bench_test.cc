@@ -22,7 +22,8 @@ TEST(ServiceBench, SmallRunReportsEveryFigureWithoutErrors) {
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(r->errors, 0u);
   nlohmann::json j = r->report.json();
-  for (const char* k : {"tcp_get", "shm_get", "match_prefix_p99", "mixed_rss"}) {
+  for (const char* k :
+       {"tcp_get", "shm_get", "match_prefix_p99", "match_prefix_tcp_p99", "mixed_rss"}) {
     ASSERT_TRUE(j.contains(std::string(k) + "_ratio")) << k << "\n" << j.dump(2);
     ASSERT_TRUE(j.contains(std::string(k) + "_limit")) << k;
   }

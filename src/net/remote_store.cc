@@ -174,7 +174,7 @@ struct RemoteStoreShared {
   RemoteStoreOptions opts;
   std::atomic<uint64_t> calls{0}, unavailable{0}, timeouts{0}, broken{0}, sessions{0},
       connect_failures{0}, shm_sessions{0}, shm_calls{0}, shm_retired{0}, shm_up{0},
-      direct_channels{0}, direct_gets{0}, arena_reads{0};
+      direct_channels{0}, direct_gets{0}, arena_reads{0}, direct_matches{0};
   mutable std::mutex mu;  // guards the fields below
   std::condition_variable up_cv;
   Status last_error = Status::unavailable("not connected yet");
@@ -1096,6 +1096,23 @@ struct RemoteStore::Impl {
     return Result<kv::GetResult>(resp->result.to_result());
   }
 
+  // A match through the direct channel of the session a request would use,
+  // or nullopt (no channel, or it is busy): then TCP.
+  std::optional<Result<kv::MatchResult>> channel_match(uint16_t ns,
+                                                       std::span<const kv::Key128> keys) {
+    // Look first, so a client without a channel counts its call once.
+    auto up = pick();
+    if (!up) return std::nullopt;
+    auto any = up->conn->shm_session(up->gen);
+    if (!any || !any->channel() || any->channel()->broken()) return std::nullopt;
+    Clock::time_point dl = deadline();
+    Target t;
+    if (!target(ns, dl, &t).ok()) return std::nullopt;
+    auto shm = t.conn->shm_session(t.gen);
+    if (!shm || !shm->channel()) return std::nullopt;
+    return shm->channel()->match_prefix(t.server_ns, keys, dl);
+  }
+
   static kv::MissReason miss_of(CallError e) {
     return e == CallError::kTimeout ? kv::MissReason::kTimeout : kv::MissReason::kIoError;
   }
@@ -1180,6 +1197,7 @@ RemoteStoreClientStats RemoteStore::client_stats() const {
   r.direct_channels = s.direct_channels.load();
   r.direct_gets = s.direct_gets.load();
   r.arena_reads = s.arena_reads.load();
+  r.direct_matches = s.direct_matches.load();
   return r;
 }
 
@@ -1423,6 +1441,17 @@ Result<kv::MatchResult> RemoteStore::match_prefix(uint16_t ns, std::span<const k
   // Chunks in sequence: a chunk that does not match to its end ends the prefix.
   for (size_t i = 0; i < keys.size(); i += chunk) {
     auto part = keys.subspan(i, std::min(chunk, keys.size() - i));
+    if (auto direct = impl_->channel_match(ns, part)) {
+      if (!direct->ok()) return direct->status();
+      impl_->shared.direct_matches.fetch_add(1, std::memory_order_relaxed);
+      const kv::MatchResult& m = **direct;
+      total.blocks += m.blocks;
+      total.ram_blocks += m.ram_blocks;
+      total.disk_blocks += m.disk_blocks;
+      total.tiers.insert(total.tiers.end(), m.tiers.begin(), m.tiers.end());
+      if (m.blocks < part.size()) break;
+      continue;
+    }
     auto r = impl_->request(
         ns,
         [&](uint16_t sns) {

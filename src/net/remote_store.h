@@ -78,6 +78,7 @@ struct RemoteStoreClientStats {
   uint64_t direct_channels = 0;    // sessions that opened a direct channel
   uint64_t direct_gets = 0;        // gets answered over a direct channel
   uint64_t arena_reads = 0;        // of those, copied straight from the server's RAM arena
+  uint64_t direct_matches = 0;     // match_prefix calls answered over a direct channel
 };
 
 class RemoteStore {

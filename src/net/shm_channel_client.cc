@@ -15,11 +15,22 @@
 namespace kvtier::net {
 
 namespace {
+
 constexpr int kSpinUs = 50;
+
+// An Error answer as the Status it carries (the channel stays usable), or
+// nullopt for any other frame.
+std::optional<Status> error_answer(const Frame& f) {
+  if (f.header.type != MessageType::kErrorResponse) return std::nullopt;
+  auto e = ErrorResponse::decode(f.descriptor);
+  if (!e.ok()) return Status::internal("undecodable Error answer on the direct channel");
+  return e->to_status();
+}
+
 }  // namespace
 
 struct ShmDirectChannel::State {
-  explicit State(int fd) : reader(fd) {}
+  explicit State(int fd) : reader(fd, FrameLimits{kMaxDescriptorBytes, 0}) {}
   std::mutex mu;  // one call at a time
   ChannelReader reader;
   uint64_t next_id = 1;
@@ -80,6 +91,24 @@ void ShmDirectChannel::send_pending_releases() {
   }
 }
 
+std::optional<Result<kv::MatchResult>> ShmDirectChannel::match_prefix(
+    uint16_t server_ns, std::span<const kv::Key128> keys,
+    std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lk(st_->mu, std::try_to_lock);
+  if (!lk.owns_lock() || broken()) return std::nullopt;
+  send_pending_releases();
+  auto f = exchange(MatchPrefixRequest{server_ns, {keys.begin(), keys.end()}}, deadline);
+  if (!f.ok()) return Result<kv::MatchResult>(kv::MatchResult{});  // a miss, like TCP's
+  if (auto err = error_answer(*f)) return Result<kv::MatchResult>(*err);
+  auto resp = decode_message_as<MatchPrefixResponse>(f->header, f->descriptor);
+  if (!resp.ok() || resp->tiers.size() > keys.size()) {
+    spdlog::info("store client: direct channel given up: bad MatchPrefix answer");
+    st_->broken.store(true, std::memory_order_relaxed);
+    return Result<kv::MatchResult>(kv::MatchResult{});
+  }
+  return Result<kv::MatchResult>(resp->to_result());
+}
+
 bool ShmDirectChannel::flush_releases() {
   std::unique_lock lk(st_->mu, std::try_to_lock);
   if (!lk.owns_lock()) return true;  // a get is under way: look again later
@@ -90,6 +119,25 @@ bool ShmDirectChannel::flush_releases() {
   send_pending_releases();
   st_->flush_armed = false;
   return false;
+}
+
+Result<Frame> ShmDirectChannel::exchange(const Message& req,
+                                         std::chrono::steady_clock::time_point deadline) {
+  auto broken_by = [&](Status st) {
+    spdlog::info("store client: direct channel given up: {}", st.to_string());
+    st_->broken.store(true, std::memory_order_relaxed);
+    return st;
+  };
+  const uint64_t id = st_->next_id++;
+  if (Status sent = channel_send(fd_, req, id); !sent.ok()) return broken_by(sent);
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  // The server answers a RAM hit in microseconds: spin briefly rather than
+  // sleep and be woken.
+  auto f = st_->reader.read(static_cast<int>(std::max<int64_t>(0, left.count())), kSpinUs);
+  if (!f.ok()) return broken_by(f.status());
+  if (f->header.request_id != id) return broken_by(Status::internal("answer to another request"));
+  return f;
 }
 
 std::optional<Result<kv::GetResult>> ShmDirectChannel::get(
@@ -104,30 +152,16 @@ std::optional<Result<kv::GetResult>> ShmDirectChannel::get(
     miss.miss = why;
     return Result<kv::GetResult>(miss);
   };
-  const uint64_t id = st_->next_id++;
   const auto room = static_cast<uint32_t>(std::min<uint64_t>(out.size(), slot.room));
   ShmLeaseGetRequest req{server_ns, key, slot.offset, room, {}};
   req.release.swap(st_->pending);  // the server releases them first
-  Status sent = channel_send(fd_, req, id);
-  if (!sent.ok()) return fail(kv::MissReason::kIoError, sent);
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      deadline - std::chrono::steady_clock::now());
-  // The server answers a RAM hit in microseconds: spin briefly rather than
-  // sleep and be woken.
-  auto f = st_->reader.read(static_cast<int>(std::max<int64_t>(0, left.count())), kSpinUs);
+  auto f = exchange(req, deadline);
   if (!f.ok()) {
-    return fail(f.status().code() == StatusCode::kTimeout ? kv::MissReason::kTimeout
-                                                          : kv::MissReason::kIoError,
-                f.status());
+    miss.miss = f.status().code() == StatusCode::kTimeout ? kv::MissReason::kTimeout
+                                                          : kv::MissReason::kIoError;
+    return Result<kv::GetResult>(miss);
   }
-  if (f->header.request_id != id) {
-    return fail(kv::MissReason::kIoError, Status::internal("answer to another request"));
-  }
-  if (f->header.type == MessageType::kErrorResponse) {
-    auto e = ErrorResponse::decode(f->descriptor);
-    if (!e.ok()) return fail(kv::MissReason::kIoError, e.status());
-    return Result<kv::GetResult>(e->to_status());
-  }
+  if (auto err = error_answer(*f)) return Result<kv::GetResult>(*err);
   auto resp = decode_message_as<ShmLeaseGetResponse>(f->header, f->descriptor);
   if (!resp.ok()) return fail(kv::MissReason::kIoError, resp.status());
   const GetOutcome& r = resp->result;

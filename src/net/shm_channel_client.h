@@ -20,11 +20,13 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 
 #include "common/buffer.h"
 #include "common/status.h"
 #include "kv/block_key.h"
 #include "kv/store.h"
+#include "net/protocol.h"
 
 namespace kvtier::net {
 
@@ -55,6 +57,13 @@ class ShmDirectChannel {
                                            MutableByteView out, const AreaSlot& slot,
                                            std::chrono::steady_clock::time_point deadline);
 
+  // A match_prefix of `keys` (at most the server's max_match_keys) through
+  // the channel, or nullopt when the channel is busy or broken. A transport
+  // failure gives an empty match and breaks the channel.
+  std::optional<Result<kv::MatchResult>> match_prefix(
+      uint16_t server_ns, std::span<const kv::Key128> keys,
+      std::chrono::steady_clock::time_point deadline);
+
   bool broken() const;
   bool has_arena() const { return arena_ != nullptr; }
 
@@ -76,6 +85,9 @@ class ShmDirectChannel {
   std::atomic<uint64_t>* arena_reads_;
   // Under the channel's lock: sends the pending releases as one ShmRelease.
   void send_pending_releases();
+  // Under the channel's lock: sends `req` and reads its answer; any failure
+  // breaks the channel (the stream is out of step).
+  Result<Frame> exchange(const Message& req, std::chrono::steady_clock::time_point deadline);
   std::unique_ptr<State> st_;
 };
 

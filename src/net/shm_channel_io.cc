@@ -51,8 +51,16 @@ Result<Frame> ChannelReader::read(int timeout_ms, int spin_us) {
       if (decoder_.state() == FrameDecoder::State::kReady) return decoder_.take_frame();
     }
     begin_ = end_ = 0;
+    // A large descriptor (a key list) goes straight where the decoder wants
+    // it instead of through the small buffer.
+    MutableByteView direct;
+    if (decoder_.state() == FrameDecoder::State::kDescriptor &&
+        decoder_.wanted().size() > buf_.size()) {
+      direct = decoder_.wanted();
+    }
     // Try the read first: on a busy channel the bytes are usually there.
-    ssize_t n = ::recv(fd_, buf_.data(), buf_.size(), MSG_DONTWAIT);
+    ssize_t n = direct.empty() ? ::recv(fd_, buf_.data(), buf_.size(), MSG_DONTWAIT)
+                               : ::recv(fd_, direct.data(), direct.size(), MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       if (spin_us > 0 && std::chrono::steady_clock::now() < spin_until) continue;
       KVTIER_RETURN_IF_ERROR(wait_readable(fd_, forever, deadline));
@@ -63,6 +71,11 @@ Result<Frame> ChannelReader::read(int timeout_ms, int spin_us) {
       return errno_status("read");
     }
     if (n == 0) return Status::unavailable("direct channel closed by the peer");
+    if (!direct.empty()) {
+      KVTIER_RETURN_IF_ERROR(decoder_.advance(static_cast<size_t>(n)));
+      if (decoder_.state() == FrameDecoder::State::kReady) return decoder_.take_frame();
+      continue;
+    }
     end_ = static_cast<size_t>(n);
   }
 }

@@ -2,9 +2,9 @@
 // blocking reads and writes of whole frames on a Unix stream socket, used by
 // the server's channel thread and by the client's calling thread alike.
 // The frames are the store protocol's (same header, CRCs and limits); the
-// channel only carries small messages with no data section, so its reader
-// refuses any frame with a data section or a descriptor over 4 KiB before
-// reading it.
+// channel carries no data section, so its reader refuses any frame with one,
+// or with a descriptor over its limit (4 KiB unless a MatchPrefix key list
+// is allowed), before reading it.
 //
 // Thread-safety: a ChannelReader belongs to one thread at a time.
 #pragma once
@@ -22,7 +22,8 @@ constexpr FrameLimits kChannelFrameLimits{4096, 0};
 
 class ChannelReader {
  public:
-  explicit ChannelReader(int fd) : fd_(fd), decoder_(kChannelFrameLimits) {}
+  explicit ChannelReader(int fd, FrameLimits limits = kChannelFrameLimits)
+      : fd_(fd), decoder_(limits) {}
   // The next frame. `timeout_ms` < 0 waits for ever. kTimeout when it
   // passes, kUnavailable when the peer closed the channel, a protocol error
   // for a malformed frame; after any error the channel is out of sync.

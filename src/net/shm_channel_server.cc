@@ -51,7 +51,7 @@ int max_spinners() {
 }  // namespace
 
 void ShmChannelServer::serve() {
-  ChannelReader reader(fd_);
+  ChannelReader reader(fd_, FrameLimits{ctx_.max_descriptor_bytes, 0});
   auto answered = std::chrono::steady_clock::time_point{};
   bool hot = false;
   for (;;) {
@@ -95,6 +95,17 @@ bool ShmChannelServer::handle(const Frame& f) {
       if (!req.ok()) break;  // malformed: the channel closes below
       auto resp = lease_get(*req);
       return resp.ok() ? reply(*resp) : reply_error(resp.status());
+    }
+    case MessageType::kMatchPrefixRequest: {
+      auto req = MatchPrefixRequest::decode(f.descriptor);
+      if (!req.ok()) break;
+      if (Status st = ctx_.check_ns(req->ns); !st.ok()) return reply_error(st);
+      if (req->keys.size() > ctx_.max_match_keys) {
+        return reply_error(Status::invalid_argument(fmt::format(
+            "match of {} keys exceeds the server's {}", req->keys.size(), ctx_.max_match_keys)));
+      }
+      auto m = ctx_.store->match_prefix(req->ns, req->keys);
+      return m.ok() ? reply(MatchPrefixResponse::from(*m)) : reply_error(m.status());
     }
     case MessageType::kShmReleaseRequest: {
       auto req = ShmReleaseRequest::decode(f.descriptor);

@@ -1,6 +1,6 @@
 // The server's end of a direct channel (docs/protocol-store.md, "Direct
-// channel"): a thread of its own that reads ShmLeaseGet and ShmRelease
-// frames from one client's Unix socket and answers them. A RAM hit is not
+// channel"): a thread of its own that reads ShmLeaseGet, ShmRelease and
+// MatchPrefix frames from one client's Unix socket and answers them. A RAM hit is not
 // copied: the block's RAM slot is leased and the answer names where it lies
 // in the RAM arena the client mapped read-only. The channel holds every
 // lease it hands out and releases those the client has not released when it
@@ -33,6 +33,8 @@ struct ShmChannelContext {
   std::shared_ptr<ShmArea> area;  // the client's area (misses of the arena path land here)
   bool lease_from_arena = false;  // the store's RAM arena is shared with this client
   uint32_t max_object_bytes = 0;
+  uint32_t max_match_keys = kMaxMatchKeys;
+  uint32_t max_descriptor_bytes = kMaxDescriptorBytes;  // a MatchPrefix key list
   uint32_t max_leases = 64;  // held at once; beyond, hits are copied into the area
   std::string peer;          // for the log
   // The connection's namespace handle check.

@@ -258,6 +258,43 @@ TEST(DirectChannel, RamHitsAreCopiedStraightFromTheArenaByteForByte) {
   EXPECT_TRUE(wait_for([&] { return server->store().stats().ram_leased == 0; }));
 }
 
+TEST(DirectChannel, MatchPrefixOverTheChannelEqualsTcp) {
+  auto server = start_server(arena_store(64, true));
+  ASSERT_TRUE(server);
+  auto c = connect(server->port());
+  auto ns = c->register_namespace(channel_namespace());
+  ASSERT_TRUE(ns.ok());
+  RemoteStoreOptions o;
+  o.port = server->port();
+  o.shared_memory = false;
+  auto tcp = RemoteStore::open(o);
+  ASSERT_TRUE(tcp.ok() && (*tcp)->wait_connected(5000).ok());
+  auto tns = (*tcp)->register_namespace(channel_namespace());
+  ASSERT_TRUE(tns.ok());
+  // A chain of 40 blocks with a hole at 30.
+  std::vector<kv::Key128> chain;
+  AlignedBuffer in(4096);
+  for (uint64_t id = 1; id <= 40; ++id) {
+    chain.push_back(test_key(id));
+    if (id == 30) continue;
+    fill_payload(test_key(id), in.view());
+    ASSERT_TRUE(c->put(*ns, test_key(id), in.view()).ok());
+  }
+  auto direct = c->match_prefix(*ns, chain);
+  auto over_tcp = (*tcp)->match_prefix(*tns, chain);
+  ASSERT_TRUE(direct.ok() && over_tcp.ok());
+  EXPECT_EQ(direct->blocks, 29u);
+  EXPECT_EQ(direct->blocks, over_tcp->blocks);
+  EXPECT_EQ(direct->tiers, over_tcp->tiers);
+  EXPECT_EQ(c->client_stats().direct_matches, 1u);
+  EXPECT_EQ((*tcp)->client_stats().direct_matches, 0u);
+  // A handle the server never gave this connection is an error, not a close.
+  auto bad = c->match_prefix(static_cast<uint16_t>(*ns + 5), chain);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_TRUE(c->match_prefix(*ns, chain).ok());
+  EXPECT_EQ(c->client_stats().direct_matches, 2u);
+}
+
 TEST(DirectChannel, DiskHitsComeThroughTheClientsArea) {
   auto server = start_server(arena_store(4, true));
   ASSERT_TRUE(server);

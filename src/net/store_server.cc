@@ -1128,6 +1128,8 @@ struct StoreServer::Impl {
     ctx.area = std::move(area);
     ctx.lease_from_arena = arena >= 0;
     ctx.max_object_bytes = limits.max_object_bytes;
+    ctx.max_match_keys = limits.max_match_keys;
+    ctx.max_descriptor_bytes = limits.max_descriptor_bytes;
     ctx.peer = conn->peer;
     // Weak: the connection holds its channel, not the other way round.
     ctx.check_ns = [this, weak = std::weak_ptr<ServerConnection>(conn)](uint16_t ns) {
