@@ -71,6 +71,14 @@ struct StudyOptions {
   double store_charge_scale = 0;
   LoadPolicy load_policy = LoadPolicy::kRace;
   PdTransferMode pd_transfer = PdTransferMode::kLoopback;
+  // Each prefill replica runs its store calls and PD sends on its own
+  // thread. Off (default): the event loop waits for every job, so one
+  // replica's store work is measured alone. On: a replica's saves and PD
+  // sends run while the loop serves other replicas (their loads included),
+  // so the measured times include contention between replicas; on a machine
+  // with few cores that is mostly the testbed's own loopback PD copies
+  // competing with the store for the CPU (docs/study.md).
+  bool overlap_replicas = false;
   uint64_t seed = 1;
 
   StudyOptions();

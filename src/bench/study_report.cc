@@ -122,6 +122,8 @@ nlohmann::json case_json(const CaseResult& r, const CaseResult* recompute, const
   j["prefill_decode_pairs"] = r.pair_counts;
   j["gross_busy_time_saved_ratio"] = r.gross_busy_saved_ratio;
   j["busy_union_s"] = r.busy_union_s;
+  j["replica_threads"] = r.replica_threads;
+  j["replica_overlap_wall_s"] = r.replica_overlap_wall_s;
   j["store_wall_s"] = r.store_wall_s;
   j["store_charged_s"] = r.store_charged_s;
   if (r.store_load_wall_s > 0 && r.store_load_bytes > 0) {
@@ -305,6 +307,25 @@ std::string StudyReport::markdown() const {
               "loopback TCP and verified by its decode replica; measured time x byte scale "
               "charged to its first token).\n\n"
             : "Prefill-to-decode transfer: modeled (the profile's link rate; nothing sent).\n\n";
+  {
+    double overlap = 0;
+    uint32_t threads = 0;
+    for (const auto& r : results) {
+      overlap += r.replica_overlap_wall_s;
+      threads = std::max(threads, r.replica_threads);
+    }
+    md += options.overlap_replicas
+              ? fmt::format(
+                    "Replicas: each prefill replica works on its own thread ({} threads); "
+                    "saves and PD sends overlapped other replicas' work (replicas ran at "
+                    "the same time for {:.1f} s of wall time over all cases).\n\n",
+                    threads, overlap)
+              : fmt::format(
+                    "Replicas: each prefill replica works on its own thread ({} threads), "
+                    "one job at a time, so each store call is measured alone "
+                    "(`--overlap-replicas` lets them overlap).\n\n",
+                    threads);
+  }
   int table = 6;
   for (const auto& proto : protocols_of(results)) {
     const CaseResult* a = find(results, proto, StudyCase::kA);

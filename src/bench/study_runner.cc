@@ -7,9 +7,11 @@
 #include <cmath>
 #include <deque>
 #include <filesystem>
+#include <future>
 #include <queue>
 #include <unordered_map>
 
+#include "bench/replica_worker.h"
 #include "bench/study_metrics.h"
 #include "blk/raid0.h"
 #include "blk/uring_device.h"
@@ -67,11 +69,17 @@ Result<std::shared_ptr<blk::BlockDevice>> open_raid0_volume(const StudyOptions& 
   return std::shared_ptr<blk::BlockDevice>(std::move(*raid));
 }
 
+// What a PD send job hands back to the event loop.
+using TransferJob = Result<serve::TransferOutcome>;
+
 struct Inflight {
   const TraceRequest* req = nullptr;
   double dispatch_s = 0;
   size_t prefill = 0, decode = 0;
   double ttft_s = 0;
+  double prefill_end = 0;
+  std::future<TransferJob> transfer;  // loopback PD send in flight
+  double modeled_transfer_s = 0;      // --pd-transfer modeled
 };
 
 struct PrefillReplica {
@@ -84,14 +92,22 @@ struct PrefillReplica {
   double score = 0;  // deployment tokens queued or in service
   std::unique_ptr<engine::HbmPrefixPool> pool;
   engine::LoadRateTracker load_rates;  // charged seconds per block, per tier
+  // The replica's own thread and store connection.
+  std::unique_ptr<ReplicaWorker> worker;
+  std::unique_ptr<engine::StoreClient> client;
+  std::unique_ptr<engine::KvConnector> connector;
+  // The write-behind save of the last request, and when its prefill ended.
+  std::optional<std::future<Result<engine::SaveOutcome>>> save;
+  double save_after = 0;
 };
 
-enum class EvKind : uint8_t { kArrive, kPrefillFree, kDecodeDone };
+enum class EvKind : uint8_t { kArrive, kSaveDone, kPrefillFree, kTransferDone, kDecodeDone };
 struct Event {
   double t;
   uint64_t seq;
   EvKind kind;
-  uint32_t idx;  // kArrive: pending issue index; kPrefillFree: replica; kDecodeDone: inflight id
+  // kArrive: pending issue index; kSaveDone, kPrefillFree: replica; else inflight id
+  uint32_t idx;
   bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
 };
 
@@ -105,6 +121,12 @@ class Run {
     res_.byte_scale = o.profile.byte_scale();
   }
 
+  // The replica threads end first: a job still queued after an error uses
+  // the store, the senders and the receivers.
+  ~Run() {
+    for (auto& p : prefills_) p.worker.reset();
+  }
+
   Result<CaseResult> run();
 
  private:
@@ -114,10 +136,14 @@ class Run {
   void dispatch(const TraceRequest* req, double now);
   Status start_prefill(size_t p, double now);
   Status setup_pd_transfer();
-  // Moves request `id`'s KV to its decode replica; returns the seconds
-  // charged to its first token.
-  Result<double> pd_transfer(size_t p, uint32_t id, std::span<const kv::Key128> keys,
-                             double charge_scale);
+  // Starts moving request `id`'s KV to its decode replica (on prefill
+  // replica `p`'s thread).
+  void start_pd_transfer(size_t p, uint32_t id, std::span<const kv::Key128> keys);
+  // Waits for that transfer; returns the seconds charged to its first token.
+  Result<double> finish_pd_transfer(uint32_t id, double charge_scale);
+  // Waits for replica `p`'s write-behind save, if any, and books it.
+  Status finish_save(PrefillReplica& p, double scale);
+  Status on_transfer_done(uint32_t id);
   void on_decode_done(uint32_t id, double now);
   const std::vector<kv::Key128>& keys_of(const TraceRequest& r);
   Result<std::shared_ptr<blk::BlockDevice>> export_over_nvme_tcp(
@@ -136,8 +162,6 @@ class Run {
   // the store reaches it through kvtier's NVMe/TCP host.
   std::unique_ptr<nvmf::NvmfTarget> target_;
   std::unique_ptr<kv::Store> store_;
-  std::unique_ptr<engine::StoreClient> client_;
-  std::unique_ptr<engine::KvConnector> connector_;
   uint16_t ns_ = 0;
   kv::Key128 ns_digest_;
   uint32_t block_bytes_ = 0;
@@ -196,7 +220,9 @@ Status Run::setup() {
   busy_.resize(o_.prefill_replicas);
   for (auto& p : prefills_) {
     if (spec_.hbm_pool) p.pool = std::make_unique<engine::HbmPrefixPool>(hbm_blocks);
+    p.worker = std::make_unique<ReplicaWorker>();
   }
+  res_.replica_threads = static_cast<uint32_t>(prefills_.size());
   decode_budget_.assign(o_.decode_replicas, 0);
   serve::RouterOptions ro;
   ro.spill_margin = o_.spill_margin_tokens;
@@ -232,11 +258,15 @@ Status Run::setup() {
   auto st = kv::Store::open(so);
   if (!st.ok()) return st.status();
   store_ = std::move(*st);
-  client_ = engine::make_local_store_client(store_.get());
-  auto id = client_->register_namespace(ns);
-  if (!id.ok()) return id.status();
-  ns_ = *id;
-  connector_ = std::make_unique<engine::KvConnector>(client_.get(), ns_, block_bytes_);
+  // Each replica has its own client and connector (a connector's buffers
+  // belong to one thread); they share the store, as replicas share a service.
+  for (auto& p : prefills_) {
+    p.client = engine::make_local_store_client(store_.get());
+    auto id = p.client->register_namespace(ns);
+    if (!id.ok()) return id.status();
+    ns_ = *id;
+    p.connector = std::make_unique<engine::KvConnector>(p.client.get(), ns_, block_bytes_);
+  }
   return Status::ok_status();
 }
 
@@ -295,21 +325,33 @@ Status Run::setup_pd_transfer() {
   return Status::ok_status();
 }
 
-Result<double> Run::pd_transfer(size_t p, uint32_t id, std::span<const kv::Key128> keys,
-                                double charge_scale) {
-  const TraceRequest& r = *inflight_[id].req;
+void Run::start_pd_transfer(size_t p, uint32_t id, std::span<const kv::Key128> keys) {
+  Inflight& f = inflight_[id];
+  if (o_.pd_transfer == PdTransferMode::kModeled) {
+    f.modeled_transfer_s = engine_.pd_transfer_seconds(f.req->prompt_tokens);
+    return;
+  }
+  serve::KvTransferSender* sender = senders_[p].get();
+  const uint16_t port = receivers_[f.decode]->port();
+  f.transfer = prefills_[p].worker->submit([this, sender, port, id, keys] {
+    return TransferJob(sender->send(port, id, ns_digest_, keys, block_bytes_));
+  });
+}
+
+Result<double> Run::finish_pd_transfer(uint32_t id, double charge_scale) {
+  Inflight& f = inflight_[id];
+  const TraceRequest& r = *f.req;
   if (o_.pd_transfer == PdTransferMode::kModeled) {
     res_.network_bytes += uint64_t{r.prompt_tokens} * engine_.stored_kv_bytes_per_token();
-    const double s = engine_.pd_transfer_seconds(r.prompt_tokens);
-    res_.pd_charged_s += s;
-    return s;
+    res_.pd_charged_s += f.modeled_transfer_s;
+    return f.modeled_transfer_s;
   }
-  const size_t d = inflight_[id].decode;
-  auto t = senders_[p]->send(receivers_[d]->port(), id, ns_digest_, keys, block_bytes_);
+  TransferJob t = f.transfer.get();
   if (!t.ok()) {
     return Status(t.status().code(), "PD transfer of request " + std::to_string(id) +
-                                         " from prefill " + std::to_string(p) + " to decode " +
-                                         std::to_string(d) + ": " + t.status().message());
+                                         " from prefill " + std::to_string(f.prefill) +
+                                         " to decode " + std::to_string(f.decode) + ": " +
+                                         t.status().message());
   }
   ++res_.pd_frames;
   res_.network_bytes += t->frame_bytes;
@@ -318,6 +360,19 @@ Result<double> Run::pd_transfer(size_t p, uint32_t id, std::span<const kv::Key12
   const double s = t->wall_s * charge_scale;
   res_.pd_charged_s += s;
   return s;
+}
+
+Status Run::finish_save(PrefillReplica& p, double scale) {
+  if (!p.save) return Status::ok_status();
+  auto save = p.save->get();
+  p.save.reset();
+  if (!save.ok()) return save.status();
+  res_.write_refusals += save->refused;
+  res_.store_save_bytes += save->bytes;
+  res_.store_wall_s += save->wall_s;
+  res_.store_charged_s += save->wall_s * scale;
+  p.save_free_at = std::max(p.save_after, p.save_free_at) + save->wall_s * scale;
+  return Status::ok_status();
 }
 
 const std::vector<kv::Key128>& Run::keys_of(const TraceRequest& r) {
@@ -346,8 +401,8 @@ void Run::dispatch(const TraceRequest* req, double now) {
   f.decode = router_->route_decode(decode_budget_);
   router_->record_pair(f.prefill, f.decode);
   decode_budget_[f.decode] += o_.profile.real_tokens(req->output_tokens);
-  inflight_.push_back(f);
   auto& p = prefills_[f.prefill];
+  inflight_.push_back(std::move(f));
   p.score += o_.profile.real_tokens(req->prompt_tokens);
   p.queue.push_back(static_cast<uint32_t>(inflight_.size() - 1));
 }
@@ -369,19 +424,32 @@ Status Run::start_prefill(size_t pi, double now) {
   size_t cached = hbm;     // blocks served from HBM or the store
   size_t load_from = hbm;  // under the race, [hbm, load_from) is recomputed during the load
   size_t store_matched = 0;
-  double load_s = 0, save_s = 0;
+  double load_s = 0;
   const double scale = o_.store_charge_scale > 0 ? o_.store_charge_scale : o_.profile.byte_scale();
-  if (connector_) {
+  // This replica's earlier save comes before its load (one store path per
+  // replica): book it now.
+  KVTIER_RETURN_IF_ERROR(finish_save(p, scale));
+  if (p.connector) {
     engine::LoadStartChooser choose;
     if (o_.load_policy == LoadPolicy::kRace) {
       const double compute_per_block = engine_.prefill_seconds(w_.block_tokens, 0);
-      choose = [&](const kv::MatchResult& m) {
+      // By value: compute_per_block ends with this block, before the load
+      // (on the replica's thread) calls the chooser.
+      choose = [compute_per_block, hbm, &p](const kv::MatchResult& m) {
         return engine::plan_compute_load_race(m.tiers, hbm, m.blocks, compute_per_block,
                                               p.load_rates)
             .load_from;
       };
     }
-    auto load = connector_->load_prefix(keys, hbm, choose);
+    // On the replica's thread; the loop waits, since the load's time
+    // decides when the replica is free. `choose` reads the replica's rate
+    // tracker, which nothing else touches meanwhile.
+    engine::KvConnector* connector = p.connector.get();
+    auto load = p.worker
+                    ->submit([connector, &keys, hbm, &choose] {
+                      return connector->load_prefix(keys, hbm, choose);
+                    })
+                    .get();
     if (!load.ok()) return load.status();
     store_matched = load->store_matched;
     load_s = load->wall_s;
@@ -421,20 +489,11 @@ Status Run::start_prefill(size_t pi, double now) {
   const uint64_t front_tokens = std::min<uint64_t>(front * w_.block_tokens, prefix_tokens);
   res_.kv_served_tokens += o_.profile.real_tokens(cached_tokens);
 
-  // Blocks the store lacks are saved once computed (or, for HBM hits whose
-  // store copy is gone, from the replica's pool).
-  if (connector_ && store_matched < n) {
-    auto save = connector_->save(std::span(keys).subspan(store_matched));
-    if (!save.ok()) return save.status();
-    save_s = save->wall_s;
-    res_.write_refusals += save->refused;
-    res_.store_save_bytes += save->bytes;
-  }
   if (p.pool) p.pool->insert(keys);
 
-  res_.store_wall_s += load_s + save_s;
+  res_.store_wall_s += load_s;
   res_.store_load_wall_s += load_s;
-  res_.store_charged_s += (load_s + save_s) * scale;
+  res_.store_charged_s += load_s * scale;
   // The load starts once the replica's earlier saves are out of the way.
   const double load_start = load_s > 0 && cached > hbm ? std::max(now, p.save_free_at) : now;
   // The front's recompute starts at once, the load once the saves are out of
@@ -442,15 +501,39 @@ Status Run::start_prefill(size_t pi, double now) {
   const double front_compute = engine_.prefill_seconds(front_tokens, hbm * w_.block_tokens);
   const double prefill = engine_.prefill_seconds(r.prompt_tokens - prefix_tokens, prefix_tokens);
   const double prefill_end = std::max(now + front_compute, load_start + load_s * scale) + prefill;
-  p.save_free_at = std::max(prefill_end, p.save_free_at) + save_s * scale;
+  f.prefill_end = prefill_end;
+  // Blocks the store lacks are saved once computed (or, for HBM hits whose
+  // store copy is gone, from the replica's pool): write-behind, on the
+  // replica's thread, while the loop goes on; booked at its next load.
+  if (p.connector && store_matched < n) {
+    engine::KvConnector* connector = p.connector.get();
+    auto rest = std::span(keys).subspan(store_matched);
+    p.save = p.worker->submit([connector, rest] { return connector->save(rest); });
+    p.save_after = prefill_end;
+    if (!o_.overlap_replicas) KVTIER_RETURN_IF_ERROR(finish_save(p, scale));
+  }
   // The KV leaves for the decode replica once prefill is done; the prefill
   // replica's GPU is free at prefill_end (the transfer does not hold it).
-  auto transfer_s = pd_transfer(pi, id, keys, scale);
-  if (!transfer_s.ok()) return transfer_s.status();
-  const double first_token = prefill_end + *transfer_s + engine_.decode_seconds(1);
-  f.ttft_s = first_token - f.dispatch_s;
+  // The first token cannot come before prefill_end + one decode step: the
+  // transfer is waited for then.
+  start_pd_transfer(pi, id, keys);
+  if (!o_.overlap_replicas && f.transfer.valid()) f.transfer.wait();
+  // The new blocks exist from prefill_end on: the save must have reached
+  // the store before anything later happens (kSaveDone is queued first).
+  if (p.save) push(prefill_end, EvKind::kSaveDone, static_cast<uint32_t>(pi));
   push(prefill_end, EvKind::kPrefillFree, static_cast<uint32_t>(pi));
-  const uint32_t out = std::max<uint32_t>(r.output_tokens, 1);
+  push(prefill_end + engine_.decode_seconds(1), EvKind::kTransferDone, id);
+  return Status::ok_status();
+}
+
+Status Run::on_transfer_done(uint32_t id) {
+  auto& f = inflight_[id];
+  const double scale = o_.store_charge_scale > 0 ? o_.store_charge_scale : o_.profile.byte_scale();
+  auto transfer_s = finish_pd_transfer(id, scale);
+  if (!transfer_s.ok()) return transfer_s.status();
+  const double first_token = f.prefill_end + *transfer_s + engine_.decode_seconds(1);
+  f.ttft_s = first_token - f.dispatch_s;
+  const uint32_t out = std::max<uint32_t>(f.req->output_tokens, 1);
   push(first_token + engine_.decode_seconds(out - 1), EvKind::kDecodeDone, id);
   return Status::ok_status();
 }
@@ -496,6 +579,15 @@ Result<CaseResult> Run::run() {
         if (auto st = start_prefill(ev.idx, ev.t); !st.ok()) return st;
         break;
       }
+      case EvKind::kSaveDone: {
+        const double scale =
+            o_.store_charge_scale > 0 ? o_.store_charge_scale : o_.profile.byte_scale();
+        if (auto st = finish_save(prefills_[ev.idx], scale); !st.ok()) return st;
+        break;
+      }
+      case EvKind::kTransferDone:
+        if (auto st = on_transfer_done(ev.idx); !st.ok()) return st;
+        break;
       case EvKind::kDecodeDone: {
         on_decode_done(ev.idx, ev.t);
         while (in_flight_ < o_.max_in_flight && !client_queue_.empty()) {
@@ -513,6 +605,12 @@ Result<CaseResult> Run::run() {
                             std::to_string(res_.completed) + " of " + std::to_string(total_) +
                             " requests)");
   }
+  // The last saves are booked; then every replica thread is idle.
+  const double scale = o_.store_charge_scale > 0 ? o_.store_charge_scale : o_.profile.byte_scale();
+  for (auto& p : prefills_) KVTIER_RETURN_IF_ERROR(finish_save(p, scale));
+  std::vector<const std::vector<std::pair<uint64_t, uint64_t>>*> intervals;
+  for (auto& p : prefills_) intervals.push_back(&p.worker->busy());
+  res_.replica_overlap_wall_s = overlap_seconds(intervals);
   res_.throughput_rps = throughput_rps(res_.completed, res_.first_start_s, res_.last_end_s);
   for (const auto& b : busy_) res_.busy_union_s += union_length(b);
   res_.gross_busy_saved_ratio = gross_busy_time_saved(

@@ -11,10 +11,28 @@
 // owned by its decode replica (serve/kv_transfer.h), and the measured time,
 // scaled like the store's, is charged between prefill and first token.
 //
-// Thread-safety: a run owns everything it creates; runs are sequential. The
-// event loop makes every store call and PD send itself (each measured time
-// decides when the next event happens); only the decode replicas' receivers
-// run on threads of their own.
+// Replicas run on threads of their own: each prefill replica's store calls
+// and PD sends are jobs on its ReplicaWorker (bench/replica_worker.h), each
+// decode replica's receiver has its own thread. The event loop (the gateway
+// and the virtual clock) never makes a store call or a send itself. It keeps
+// causality by waiting for a job's result only when an event depends on it:
+//   - a load is waited for at once (its measured time decides when the
+//     replica is free: the next event of that replica);
+//   - a save (write-behind) goes on in the background while the loop serves
+//     the events before the request's prefill end (other replicas' loads
+//     included); a kSaveDone event at prefill end waits for it, since the
+//     blocks exist from then on and later loads must find them;
+//   - a PD send goes on in the background too; the request's first token
+//     cannot come before prefill end + one decode step, so a kTransferDone
+//     event at that time waits for the send and then schedules the rest.
+// So, with StudyOptions::overlap_replicas, replicas' saves and sends really
+// overlap other replicas' loads, and the store and the loopback network see
+// concurrent traffic as in a deployment. Without it (the default), the loop
+// waits for every job as soon as it is posted: each replica still works on
+// its own thread, one at a time, and the store's costs are measured alone.
+//
+// Thread-safety: a run owns everything it creates; runs are sequential.
+// Results (CaseResult) are updated on the event loop's thread only.
 #pragma once
 
 #include <cstdint>
@@ -86,6 +104,10 @@ struct CaseResult {
   double busy_union_s = 0;
   double kv_served_tokens = 0;  // deployment tokens served from HBM or store
   double gross_busy_saved_ratio = 0;
+  // Replica threads: how many, and the wall seconds during which at least
+  // two prefill replicas were running store or PD work at the same time.
+  uint32_t replica_threads = 0;
+  double replica_overlap_wall_s = 0;
   double wall_s = 0;  // wall time of the whole run
   double byte_scale = 1;
   uint32_t block_bytes = 0;

@@ -112,6 +112,28 @@ TEST(StudyRunner, SharedRamLoadsVerifiedBlocksAndCountsReuse) {
   EXPECT_EQ(r.hbm_hit_blocks + r.store_hit_blocks + r.computed_blocks, r.prompt_blocks);
 }
 
+TEST(StudyRunner, ReplicasWorkOnTheirOwnThreadsAndOverlapWhenAsked) {
+  auto w = testing::tiny_workload(8, 4, 40, 4);
+  auto o = small_options();
+  o.prefill_replicas = 2;
+  // Default: every job is waited for at once, so no two replicas ever work
+  // at the same time.
+  auto serial = run_case(w, StudyCase::kC, o, 8, 0);
+  ASSERT_EQ(serial.completed, w.request_count());
+  EXPECT_EQ(serial.replica_threads, 2u);
+  EXPECT_EQ(serial.replica_overlap_wall_s, 0.0);
+  // Overlapped: saves and PD sends of one replica run while the other loads.
+  o.overlap_replicas = true;
+  auto overlapped = run_case(w, StudyCase::kC, o, 8, 0);
+  ASSERT_EQ(overlapped.completed, w.request_count());
+  EXPECT_EQ(overlapped.verify_failures, 0u);
+  EXPECT_EQ(overlapped.pd_blocks_verified, overlapped.prompt_blocks);
+  EXPECT_GT(overlapped.store_hit_blocks, 0u);
+  EXPECT_GT(overlapped.replica_overlap_wall_s, 0.0);
+  EXPECT_EQ(overlapped.hbm_hit_blocks + overlapped.store_hit_blocks + overlapped.computed_blocks,
+            overlapped.prompt_blocks);
+}
+
 }  // namespace
 }  // namespace kvtier::bench
 

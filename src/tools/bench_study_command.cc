@@ -302,6 +302,12 @@ void add_study_bench_command(CLI::App& app) {
                   "time x the byte scale is charged) or modeled (the profile's link rate, "
                   "nothing sent)")
       ->capture_default_str();
+  cmd->add_flag("--overlap-replicas", cli->run.study.overlap_replicas,
+                "Let each prefill replica's write-behind saves and PD sends (on its own thread) "
+                "run while other replicas load, instead of measuring every replica's store work "
+                "alone; the report then shows the seconds replicas really overlapped. On a "
+                "machine with few cores the overlap is mostly the testbed's own loopback copies "
+                "competing with the store for the CPU");
   cmd->add_option("--seed", cli->run.study.seed, "Seed of the workload and the schedulers")
       ->capture_default_str();
   cmd->add_option("--report", cli->report_dir,

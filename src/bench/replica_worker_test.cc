@@ -1,0 +1,56 @@
+#include "bench/replica_worker.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <set>
+#include <thread>
+
+namespace kvtier::bench {
+namespace {
+
+TEST(ReplicaWorker, RunsJobsInOrderOnItsOwnThread) {
+  ReplicaWorker w;
+  std::vector<int> order;
+  std::set<std::thread::id> threads;
+  std::vector<std::future<int>> results;
+  for (int i = 0; i < 20; ++i) {
+    results.push_back(w.submit([i, &order, &threads] {
+      order.push_back(i);
+      threads.insert(std::this_thread::get_id());
+      return i * i;
+    }));
+  }
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(results[i].get(), i * i);
+  ASSERT_EQ(order.size(), 20u);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(order[i], i);
+  ASSERT_EQ(threads.size(), 1u);
+  EXPECT_EQ(*threads.begin(), w.thread_id());
+  EXPECT_NE(w.thread_id(), std::this_thread::get_id());
+  EXPECT_EQ(w.busy().size(), 20u);
+}
+
+TEST(ReplicaWorker, OverlapCountsOnlyTimeWithTwoJobsOpen) {
+  using V = std::vector<std::pair<uint64_t, uint64_t>>;
+  const uint64_t s = 1000000000;  // one second in ns
+  V a = {{0, 2 * s}, {5 * s, 6 * s}};
+  V b = {{1 * s, 3 * s}, {6 * s, 7 * s}};  // back to back with a's second: no overlap
+  V c = {{10 * s, 11 * s}};
+  EXPECT_DOUBLE_EQ(overlap_seconds({&a, &b, &c}), 1.0);
+  V d = {{0, 4 * s}};
+  EXPECT_DOUBLE_EQ(overlap_seconds({&a, &b, &d}), 3.0);  // [0,3) has two or more open
+  EXPECT_DOUBLE_EQ(overlap_seconds({&a}), 0.0);
+}
+
+TEST(ReplicaWorker, TwoWorkersReallyRunAtTheSameTime) {
+  ReplicaWorker w1, w2;
+  auto sleep = [] { std::this_thread::sleep_for(std::chrono::milliseconds(50)); };
+  auto f1 = w1.submit(sleep);
+  auto f2 = w2.submit(sleep);
+  f1.get();
+  f2.get();
+  EXPECT_GT(overlap_seconds({&w1.busy(), &w2.busy()}), 0.02);
+}
+
+}  // namespace
+}  // namespace kvtier::bench
