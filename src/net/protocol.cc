@@ -161,7 +161,8 @@ class Writer {
     out_.resize(at + v.size() * 16);
     std::byte* p = out_.data() + at;
     if constexpr (kKeysAreWireLayout) {
-      std::memcpy(p, v.data(), v.size() * 16);  // a chain of 8,192 keys is 128 KiB
+      // A chain of 8,192 keys is 128 KiB; an empty vector's data() may be null.
+      if (!v.empty()) std::memcpy(p, v.data(), v.size() * 16);
       return;
     }
     for (const kv::Key128& k : v) {
@@ -289,7 +290,7 @@ class Reader {
     v.resize(n);
     const std::byte* p = in_.data() + pos_;
     if constexpr (kKeysAreWireLayout) {
-      std::memcpy(v.data(), p, n * 16);
+      if (n > 0) std::memcpy(v.data(), p, n * 16);  // an empty vector's data() may be null
       pos_ += n * 16;
       return;
     }

@@ -339,6 +339,19 @@ TEST(ProtocolRoundTrip, EveryMessageType) {
   EXPECT_EQ(seen.size(), 23u);  // 11 requests, 11 responses, Error
 }
 
+// Empty key lists (found by the fuzzer: the whole-list copy must not be
+// handed an empty vector's null data()).
+TEST(ProtocolRoundTrip, EmptyKeyLists) {
+  for (const Message& m : {Message(MatchPrefixRequest{1, {}}), Message(PinRequest{1, 10, {}}),
+                           Message(UnpinRequest{1, {}})}) {
+    Bytes frame = must_encode(m, 7, {});
+    Message back;
+    Bytes data;
+    ASSERT_TRUE(decode_whole(frame, &back, &data).ok());
+    EXPECT_EQ(back, m);
+  }
+}
+
 TEST(ProtocolRoundTrip, DecodeAsTypedMessage) {
   Bytes frame = must_encode(golden_get(), 5);
   auto f = decode_frame(frame);
