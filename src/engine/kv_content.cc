@@ -22,7 +22,9 @@ inline uint64_t word_at(const kv::Key128& key, uint64_t i) {
 // multiply makes word_at one vector pass) and AVX2, picked at load time by
 // the CPU, and the file is built with -O3 (engine/CMakeLists.txt), since
 // -O2 does not vectorise these loops. The bytes are the same on every path.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+// Not under ThreadSanitizer: the clones' resolver runs while the dynamic
+// loader relocates, before the sanitizer's runtime is up, and crashes.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
 #define KVTIER_KV_CONTENT_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #else
 #define KVTIER_KV_CONTENT_CLONES
