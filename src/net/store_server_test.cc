@@ -600,13 +600,16 @@ TEST(StoreServer, MetricsAndHealthEndpoint) {
   ASSERT_TRUE(client->put(ns, test_key(1), buf.view())->stored());
   ASSERT_TRUE(client->get(ns, test_key(1), buf.view())->hit);
   EXPECT_FALSE(client->get(ns, test_key(2), buf.view())->hit);
-  // A RAM hit's slot stays leased until the server's write of it completes,
-  // which may be just after the client has the bytes.
-  for (int i = 0; i < 100 && server->store().stats().ram_leased != 0; ++i) {
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-
+  // A response is counted, and a RAM hit's lease released, when the server's
+  // write of it completes, which may be just after the client has the bytes.
   std::string metrics = http_fetch(server->metrics_port(), "/metrics");
+  for (int i = 0;
+       i < 100 && (server->store().stats().ram_leased != 0 ||
+                   metric_value(metrics, "kvtier_server_requests_total{op=\"get\"}") < 2);
+       ++i) {
+    std::this_thread::sleep_for(milliseconds(10));
+    metrics = http_fetch(server->metrics_port(), "/metrics");
+  }
   EXPECT_NE(metrics.find("200 OK"), std::string::npos);
   EXPECT_EQ(metric_value(metrics, "kvtier_store_hits_total{tier=\"ram\"}"), 1u) << metrics;
   EXPECT_EQ(metric_value(metrics, "kvtier_store_misses_total{reason=\"not_found\"}"), 1u);
