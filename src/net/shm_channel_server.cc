@@ -83,10 +83,10 @@ void ShmChannelServer::serve() {
 bool ShmChannelServer::handle(const Frame& f) {
   const uint64_t t0 = now_ns();
   const uint64_t rid = f.header.request_id;
+  // Counted before the answer leaves, so a client that has it sees it counted.
   auto reply = [&](const Message& m) {
-    if (!channel_send(fd_, m, rid).ok()) return false;
     ctx_.count_request(f.header.type, now_ns() - t0);
-    return true;
+    return channel_send(fd_, m, rid).ok();
   };
   auto reply_error = [&](const Status& st) { return reply(ErrorResponse::from_status(st)); };
   switch (f.header.type) {
