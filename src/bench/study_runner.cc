@@ -132,6 +132,10 @@ class Run {
  private:
   Status setup();
   void push(double t, EvKind k, uint32_t idx) { events_.push({t, seq_++, k, idx}); }
+  // Measured store and transfer seconds x this = virtual seconds charged.
+  double charge_scale() const {
+    return o_.store_charge_scale > 0 ? o_.store_charge_scale : o_.profile.byte_scale();
+  }
   void accept_issues(const std::vector<Issue>& issues, double now);
   void dispatch(const TraceRequest* req, double now);
   Status start_prefill(size_t p, double now);
@@ -425,7 +429,7 @@ Status Run::start_prefill(size_t pi, double now) {
   size_t load_from = hbm;  // under the race, [hbm, load_from) is recomputed during the load
   size_t store_matched = 0;
   double load_s = 0;
-  const double scale = o_.store_charge_scale > 0 ? o_.store_charge_scale : o_.profile.byte_scale();
+  const double scale = charge_scale();
   // This replica's earlier save comes before its load (one store path per
   // replica): book it now.
   KVTIER_RETURN_IF_ERROR(finish_save(p, scale));
@@ -528,7 +532,7 @@ Status Run::start_prefill(size_t pi, double now) {
 
 Status Run::on_transfer_done(uint32_t id) {
   auto& f = inflight_[id];
-  const double scale = o_.store_charge_scale > 0 ? o_.store_charge_scale : o_.profile.byte_scale();
+  const double scale = charge_scale();
   auto transfer_s = finish_pd_transfer(id, scale);
   if (!transfer_s.ok()) return transfer_s.status();
   const double first_token = f.prefill_end + *transfer_s + engine_.decode_seconds(1);
@@ -580,9 +584,7 @@ Result<CaseResult> Run::run() {
         break;
       }
       case EvKind::kSaveDone: {
-        const double scale =
-            o_.store_charge_scale > 0 ? o_.store_charge_scale : o_.profile.byte_scale();
-        if (auto st = finish_save(prefills_[ev.idx], scale); !st.ok()) return st;
+        if (auto st = finish_save(prefills_[ev.idx], charge_scale()); !st.ok()) return st;
         break;
       }
       case EvKind::kTransferDone:
@@ -606,7 +608,7 @@ Result<CaseResult> Run::run() {
                             " requests)");
   }
   // The last saves are booked; then every replica thread is idle.
-  const double scale = o_.store_charge_scale > 0 ? o_.store_charge_scale : o_.profile.byte_scale();
+  const double scale = charge_scale();
   for (auto& p : prefills_) KVTIER_RETURN_IF_ERROR(finish_save(p, scale));
   std::vector<const std::vector<std::pair<uint64_t, uint64_t>>*> intervals;
   for (auto& p : prefills_) intervals.push_back(&p.worker->busy());

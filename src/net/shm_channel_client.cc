@@ -84,11 +84,13 @@ void ShmDirectChannel::send_pending_releases() {
   // One-way: the next call's answer comes after it on the stream.
   Status st = channel_send(fd_, ShmReleaseRequest{std::move(st_->pending)}, st_->next_id++);
   st_->pending.clear();
-  if (!st.ok()) {
-    // The server frees the leases when it sees the channel close.
-    spdlog::info("store client: direct channel given up: {}", st.to_string());
-    st_->broken.store(true, std::memory_order_relaxed);
-  }
+  if (!st.ok()) give_up(st);  // the server frees the leases when it sees the close
+}
+
+Status ShmDirectChannel::give_up(Status why) {
+  spdlog::info("store client: direct channel given up: {}", why.to_string());
+  st_->broken.store(true, std::memory_order_relaxed);
+  return why;
 }
 
 std::optional<Result<kv::MatchResult>> ShmDirectChannel::match_prefix(
@@ -102,8 +104,7 @@ std::optional<Result<kv::MatchResult>> ShmDirectChannel::match_prefix(
   if (auto err = error_answer(*f)) return Result<kv::MatchResult>(*err);
   auto resp = decode_message_as<MatchPrefixResponse>(f->header, f->descriptor);
   if (!resp.ok() || resp->tiers.size() > keys.size()) {
-    spdlog::info("store client: direct channel given up: bad MatchPrefix answer");
-    st_->broken.store(true, std::memory_order_relaxed);
+    give_up(Status::internal("bad MatchPrefix answer"));
     return Result<kv::MatchResult>(kv::MatchResult{});
   }
   return Result<kv::MatchResult>(resp->to_result());
@@ -112,10 +113,6 @@ std::optional<Result<kv::MatchResult>> ShmDirectChannel::match_prefix(
 bool ShmDirectChannel::flush_releases() {
   std::unique_lock lk(st_->mu, std::try_to_lock);
   if (!lk.owns_lock()) return true;  // a get is under way: look again later
-  if (st_->pending.empty()) {
-    st_->flush_armed = false;
-    return false;
-  }
   send_pending_releases();
   st_->flush_armed = false;
   return false;
@@ -123,20 +120,15 @@ bool ShmDirectChannel::flush_releases() {
 
 Result<Frame> ShmDirectChannel::exchange(const Message& req,
                                          std::chrono::steady_clock::time_point deadline) {
-  auto broken_by = [&](Status st) {
-    spdlog::info("store client: direct channel given up: {}", st.to_string());
-    st_->broken.store(true, std::memory_order_relaxed);
-    return st;
-  };
   const uint64_t id = st_->next_id++;
-  if (Status sent = channel_send(fd_, req, id); !sent.ok()) return broken_by(sent);
+  if (Status sent = channel_send(fd_, req, id); !sent.ok()) return give_up(sent);
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       deadline - std::chrono::steady_clock::now());
   // The server answers a RAM hit in microseconds: spin briefly rather than
   // sleep and be woken.
   auto f = st_->reader.read(static_cast<int>(std::max<int64_t>(0, left.count())), kSpinUs);
-  if (!f.ok()) return broken_by(f.status());
-  if (f->header.request_id != id) return broken_by(Status::internal("answer to another request"));
+  if (!f.ok()) return give_up(f.status());
+  if (f->header.request_id != id) return give_up(Status::internal("answer to another request"));
   return f;
 }
 
@@ -147,8 +139,7 @@ std::optional<Result<kv::GetResult>> ShmDirectChannel::get(
   if (!lk.owns_lock() || broken()) return std::nullopt;
   kv::GetResult miss;
   auto fail = [&](kv::MissReason why, const Status& st) {
-    spdlog::info("store client: direct channel given up: {}", st.to_string());
-    st_->broken.store(true, std::memory_order_relaxed);
+    give_up(st);
     miss.miss = why;
     return Result<kv::GetResult>(miss);
   };

@@ -83,6 +83,8 @@ class ShmDirectChannel {
   const std::byte* arena_;
   uint64_t arena_bytes_;
   std::atomic<uint64_t>* arena_reads_;
+  // Marks the channel broken for good (logged); returns `why`.
+  Status give_up(Status why);
   // Under the channel's lock: sends the pending releases as one ShmRelease.
   void send_pending_releases();
   // Under the channel's lock: sends `req` and reads its answer; any failure
