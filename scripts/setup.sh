@@ -12,6 +12,12 @@ PACKAGES=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   fio iperf3 etcd-server etcd-client
   python3 python3-matplotlib
+  # The Python package (pybind11 extension), its tests and the real-compute engine.
+  pybind11-dev python3-dev python3-numpy python3-pytest python3-pip python3-setuptools python3-venv
+  python3-torch
+  # The exposition format is checked by a real Prometheus server.
+  prometheus
+  ccache
 )
 # libFuzzer's runtime (clang -fsanitize=fuzzer) ships in a versioned package.
 FUZZ_RUNTIME=libclang-rt-14-dev

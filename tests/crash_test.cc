@@ -321,7 +321,9 @@ struct Checker {
     return *r;
   }
 
-  uint64_t misses(MissReason r) const { return store->stats().misses[static_cast<size_t>(r)]; }
+  uint64_t misses(MissReason r) const {
+    return store->local_stats().misses[static_cast<size_t>(r)];
+  }
 };
 
 uint64_t seed_from_env() {
@@ -384,7 +386,7 @@ TEST_F(CrashTest, SigkillMidWriteLosesNoFlushedBlockAndServesNoBadOne) {
 
     Checker c;
     ASSERT_NO_FATAL_FAILURE(c.open(volume_));
-    const StoreStats at_open = c.store->stats();
+    const StoreStats at_open = c.store->local_stats();
     // The writer's open invalidated the checkpoint: a kill is followed by a scan.
     EXPECT_FALSE(at_open.disk.recovered_from_checkpoint);
     EXPECT_EQ(at_open.disk.regions_reclaimed, 0u);
@@ -406,7 +408,7 @@ TEST_F(CrashTest, SigkillMidWriteLosesNoFlushedBlockAndServesNoBadOne) {
         }
       }
     }
-    const StoreStats st = c.store->stats();
+    const StoreStats st = c.store->local_stats();
     EXPECT_EQ(lost, 0u) << "flushed (or previously recovered) blocks lost after the kill";
     EXPECT_EQ(c.wrong, 0u) << "blocks served with wrong bytes";
     EXPECT_EQ(c.misses(MissReason::kCorrupt), 0u);
@@ -436,8 +438,8 @@ TEST_F(CrashTest, SigkillMidWriteLosesNoFlushedBlockAndServesNoBadOne) {
   // the same blocks.
   Checker c;
   ASSERT_NO_FATAL_FAILURE(c.open(volume_));
-  EXPECT_TRUE(c.store->stats().disk.recovered_from_checkpoint);
-  EXPECT_EQ(c.store->stats().index_entries, found_before.size());
+  EXPECT_TRUE(c.store->local_stats().disk.recovered_from_checkpoint);
+  EXPECT_EQ(c.store->local_stats().index_entries, found_before.size());
   for (uint64_t i : found_before) EXPECT_TRUE(c.get(i).hit) << i;
   EXPECT_EQ(c.wrong, 0u);
 }
@@ -564,8 +566,8 @@ TEST_F(CrashTest, CorruptedVolumeAfterKillNeverServesBadBytes) {
 
   Checker c;
   ASSERT_NO_FATAL_FAILURE(c.open(volume_));
-  EXPECT_FALSE(c.store->stats().disk.recovered_from_checkpoint);
-  EXPECT_GE(c.store->stats().disk.recovery_dropped, 1u);  // at least (a)
+  EXPECT_FALSE(c.store->local_stats().disk.recovered_from_checkpoint);
+  EXPECT_GE(c.store->local_stats().disk.recovery_dropped, 1u);  // at least (a)
   uint64_t lost = 0;
   std::vector<uint64_t> intact;
   for (uint64_t i = life.start; i < life.start + kMaxBlocksPerLife; ++i) {
@@ -600,7 +602,7 @@ TEST_F(CrashTest, CorruptedVolumeAfterKillNeverServesBadBytes) {
   EXPECT_FALSE(g.hit) << "block " << e << " was served after its header was damaged";
   EXPECT_EQ(g.miss, MissReason::kCorrupt);
   EXPECT_EQ(c.misses(MissReason::kCorrupt), 2u);
-  EXPECT_EQ(c.store->stats().disk.read_corrupt, 2u);
+  EXPECT_EQ(c.store->local_stats().disk.read_corrupt, 2u);
   // Everything else is still served, with the right bytes.
   for (uint64_t i : intact) {
     if (i != d && i != e) {

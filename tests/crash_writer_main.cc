@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
     return 3;
   }
   {
-    const StoreStats st = store->stats();
+    const StoreStats st = store->local_stats();
     std::printf("ready %" PRIu32 " %" PRIu64 " %d\n", st.disk.region_count,
                 st.disk.recovered_entries, st.disk.recovered_from_checkpoint ? 1 : 0);
     std::fflush(stdout);
@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "crash_writer: flush: %s\n", fs.to_string().c_str());
       std::exit(5);
     }
-    const StoreStats st = store->stats();
+    const StoreStats st = store->local_stats();
     if (st.disk.regions_reclaimed != 0 || st.disk.entries_evicted != 0 || st.eviction_drops != 0) {
       std::fprintf(stderr,
                    "crash_writer: the disk tier evicted (regions %" PRIu64 ", entries %" PRIu64
@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
   };
 
   for (uint64_t i = start;; ++i) {
-    const StoreStats st = store->stats();
+    const StoreStats st = store->local_stats();
     // Stop while at least two regions are free: the open region plus the
     // flushing ones never reach the oldest sealed region.
     const bool full = st.disk.regions_in_use + 2 >= st.disk.region_count;

@@ -141,7 +141,9 @@ class UringStoreTest : public ::testing::Test {
     return *r;
   }
 
-  uint64_t misses(MissReason r) const { return store_->stats().misses[static_cast<size_t>(r)]; }
+  uint64_t misses(MissReason r) const {
+    return store_->local_stats().misses[static_cast<size_t>(r)];
+  }
 
   std::string dir_, path_;
   std::unique_ptr<Store> store_;
@@ -153,7 +155,7 @@ TEST_F(UringStoreTest, DemotionBatchGetAndWarmRestart) {
   constexpr uint64_t n = 400;  // 25x the RAM tier; ~2 MiB-regions' worth many times over
   ASSERT_NO_FATAL_FAILURE(open_store(options()));
   for (uint64_t i = 0; i < n; ++i) ASSERT_NO_FATAL_FAILURE(put(i));
-  StoreStats st = store_->stats();
+  StoreStats st = store_->local_stats();
   EXPECT_GE(st.demotions, n - kRamSlots);
   EXPECT_GT(st.disk.region_writes, 0u);
   EXPECT_EQ(st.ram_used, kRamSlots);
@@ -172,7 +174,7 @@ TEST_F(UringStoreTest, DemotionBatchGetAndWarmRestart) {
       outs.emplace_back(kObj);
       items.push_back({test_key(id), outs.back().view()});
     }
-    const uint64_t device_reads_before = store_->stats().disk.reads;
+    const uint64_t device_reads_before = store_->local_stats().disk.reads;
     auto r = store_->batch_get(ns_, items);
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     ASSERT_EQ(r->size(), ids.size());
@@ -190,13 +192,13 @@ TEST_F(UringStoreTest, DemotionBatchGetAndWarmRestart) {
           << "block " << ids[k] << " served with wrong bytes";
     }
     // Old blocks come from the device, not from a region buffer.
-    EXPECT_GE(store_->stats().disk.reads - device_reads_before, 48u + 16u);
+    EXPECT_GE(store_->local_stats().disk.reads - device_reads_before, 48u + 16u);
   }
   for (uint64_t i = 0; i < n; ++i) {
     GetResult g = get(i);
     ASSERT_TRUE(g.hit) << "block " << i << " missed: " << miss_reason_name(g.miss);
   }
-  st = store_->stats();
+  st = store_->local_stats();
   EXPECT_GT(st.hits_disk, 0u);
   EXPECT_EQ(st.disk.read_corrupt, 0u);
   EXPECT_EQ(st.disk.read_io_errors, 0u);
@@ -207,7 +209,7 @@ TEST_F(UringStoreTest, DemotionBatchGetAndWarmRestart) {
   // comes back from the checkpoint, with the right bytes.
   ASSERT_TRUE(store_->close().ok());
   ASSERT_NO_FATAL_FAILURE(open_store(options()));
-  st = store_->stats();
+  st = store_->local_stats();
   EXPECT_TRUE(st.disk.recovered_from_checkpoint);
   EXPECT_EQ(st.disk.recovered_entries, n);
   EXPECT_EQ(st.disk.recovery_dropped, 0u);
@@ -222,7 +224,7 @@ TEST_F(UringStoreTest, DemotionBatchGetAndWarmRestart) {
   for (uint64_t i = n; i < n + 100; ++i) ASSERT_NO_FATAL_FAILURE(put(i));
   store_.reset();  // the destructor closes
   ASSERT_NO_FATAL_FAILURE(open_store(options()));
-  st = store_->stats();
+  st = store_->local_stats();
   EXPECT_TRUE(st.disk.recovered_from_checkpoint);
   EXPECT_EQ(st.disk.recovered_entries, n + 100);
   for (uint64_t i = 0; i < n + 100; ++i) {
@@ -251,7 +253,7 @@ TEST_F(UringStoreTest, CheckpointIsInvalidatedOnOpen) {
   };
   EXPECT_EQ(read_state(), disk::kCheckpointValid);
   ASSERT_NO_FATAL_FAILURE(open_store(options()));
-  EXPECT_TRUE(store_->stats().disk.recovered_from_checkpoint);
+  EXPECT_TRUE(store_->local_stats().disk.recovered_from_checkpoint);
   EXPECT_EQ(read_state(), disk::kNoCheckpoint);  // while the store is open
 }
 
@@ -262,8 +264,8 @@ TEST_F(UringStoreTest, GeometryChangeReformatsAndServesNothingOld) {
   for (uint64_t i = 0; i < 100; ++i) ASSERT_NO_FATAL_FAILURE(put(i));
   ASSERT_TRUE(store_->close().ok());
   ASSERT_NO_FATAL_FAILURE(open_store(options(2 << 20)));
-  EXPECT_EQ(store_->stats().disk.recovered_entries, 0u);
-  EXPECT_EQ(store_->stats().index_entries, 0u);
+  EXPECT_EQ(store_->local_stats().disk.recovered_entries, 0u);
+  EXPECT_EQ(store_->local_stats().index_entries, 0u);
   for (uint64_t i = 0; i < 100; ++i) EXPECT_FALSE(get(i).hit) << i;
   for (uint64_t i = 200; i < 300; ++i) ASSERT_NO_FATAL_FAILURE(put(i));
   for (uint64_t i = 200; i < 300; ++i) EXPECT_TRUE(get(i).hit) << i;
@@ -317,7 +319,7 @@ TEST_F(UringStoreTest, ConcurrentPutsAndGetsAlwaysGetRightBytes) {
   EXPECT_EQ(failures.load(), 0u);
   EXPECT_GT(hits.load(), 0u);
   EXPECT_EQ(bad.load(), 0u);
-  const auto st = store_->stats();
+  const auto st = store_->local_stats();
   for (uint64_t i = 0; i < kBlocks; ++i) {
     GetResult g = get(i);
     EXPECT_TRUE(g.hit) << "block " << i << ": " << miss_reason_name(g.miss)

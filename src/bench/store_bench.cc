@@ -169,11 +169,11 @@ Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
     auto& store = **s;
     dto = store.options().disk;
     auto ns = store.register_namespace(bench_namespace());
-    const uint64_t data_bytes = uint64_t{store.stats().disk.region_count} * dto.region_bytes;
+    const uint64_t data_bytes = uint64_t{store.local_stats().disk.region_count} * dto.region_bytes;
     written_objects = data_bytes * 3 / 4 / entry;
     // Fill the RAM tier first: from then on every put demotes one block.
     uint64_t next = 0;
-    for (; next < store.stats().ram_slots; ++next)
+    for (; next < store.local_stats().ram_slots; ++next)
       (void)store.put(*ns, kv::test_key(next), payloads.of(next));
     // Rounds of (kvtier writes, fio writes as long), paired so that a
     // drifting device affects both sides of each ratio alike; the order
@@ -196,7 +196,7 @@ Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
         fio_w = run_fio(wjob);
         if (!fio_w.ok()) return fio_w.status();
       }
-      const uint64_t bytes0 = store.stats().disk.bytes_written;
+      const uint64_t bytes0 = store.local_stats().disk.bytes_written;
       const uint64_t t0 = now_ns();
       for (uint64_t i = 0; i < per_round; ++i, ++next) {
         auto r = store.put(*ns, kv::test_key(next), payloads.of(next));
@@ -208,7 +208,7 @@ Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
       if (!fl.ok()) return fl;
       const double secs = (now_ns() - t0) / 1e9;
       const double flush_secs = (now_ns() - t_flush) / 1e9;
-      const double rate = (store.stats().disk.bytes_written - bytes0) / secs;
+      const double rate = (store.local_stats().disk.bytes_written - bytes0) / secs;
       wjob.seconds = static_cast<unsigned>(std::max(1.0, secs + 0.5));
       if (!fio_first) {
         fio_w = run_fio(wjob);
@@ -227,7 +227,7 @@ Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
     }
     write_ratio = percentile(ratios, 0.5);
     report.note("disk_write_rounds", rounds);
-    report.note("demotions", store.stats().demotions);
+    report.note("demotions", store.local_stats().demotions);
     // fio overwrote what the store wrote: this store's disk copies are void.
   }
   ::unlink(o.volume_path.c_str());
@@ -265,7 +265,7 @@ Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
     if (!s.ok()) return s.status();
     auto& store = **s;
     report.note("warm_restart_ms", (now_ns() - t_open) / 1e6);
-    report.note("warm_restart_entries", store.stats().disk.recovered_entries);
+    report.note("warm_restart_entries", store.local_stats().disk.recovered_entries);
     auto ns = store.register_namespace(bench_namespace());
     // A reopened store has an empty RAM tier: every get goes to the volume.
     std::vector<uint64_t> order(written_objects);
@@ -329,7 +329,7 @@ Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
       fio_read_command = fio_r->command;
     }
     report.note("disk_get_misses", misses);
-    report.note("disk_direct_reads", store.stats().disk.direct_reads);
+    report.note("disk_direct_reads", store.local_stats().disk.direct_reads);
     report.note("disk_get_rounds", rounds);
   }
   report.add({"disk_get", "disk-tier cold get", read_rate / 1e9, "GB/s", fio_read_rate / 1e9,

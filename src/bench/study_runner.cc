@@ -19,7 +19,6 @@
 #include "engine/hbm_prefix_pool.h"
 #include "engine/kv_connector.h"
 #include "engine/load_planner.h"
-#include "engine/store_client.h"
 #include "kv/store.h"
 #include "nvmf/host_device.h"
 #include "nvmf/target.h"
@@ -94,7 +93,6 @@ struct PrefillReplica {
   engine::LoadRateTracker load_rates;  // charged seconds per block, per tier
   // The replica's own thread and store connection.
   std::unique_ptr<ReplicaWorker> worker;
-  std::unique_ptr<engine::StoreClient> client;
   std::unique_ptr<engine::KvConnector> connector;
   // The write-behind save of the last request, and when its prefill ended.
   std::optional<std::future<Result<engine::SaveOutcome>>> save;
@@ -265,11 +263,10 @@ Status Run::setup() {
   // Each replica has its own client and connector (a connector's buffers
   // belong to one thread); they share the store, as replicas share a service.
   for (auto& p : prefills_) {
-    p.client = engine::make_local_store_client(store_.get());
-    auto id = p.client->register_namespace(ns);
+    auto id = store_->register_namespace(ns);
     if (!id.ok()) return id.status();
     ns_ = *id;
-    p.connector = std::make_unique<engine::KvConnector>(p.client.get(), ns_, block_bytes_);
+    p.connector = std::make_unique<engine::KvConnector>(store_.get(), ns_, block_bytes_);
   }
   return Status::ok_status();
 }
@@ -622,7 +619,7 @@ Result<CaseResult> Run::run() {
   res_.stayed_turns = rs.stayed;
   res_.pair_counts = rs.pair_counts;
   if (store_) {
-    const auto st = store_->stats();
+    const auto st = store_->local_stats();
     res_.ram_evictions = st.evictions;
     res_.ram_eviction_bytes = st.evictions * static_cast<uint64_t>(block_bytes_);
     res_.device_reads = st.disk.reads;

@@ -8,17 +8,9 @@
 #include <span>
 #include <utility>
 
+#include "kvtier/bytes.h"
+
 namespace kvtier {
-
-using ByteView = std::span<const std::byte>;
-using MutableByteView = std::span<std::byte>;
-
-inline ByteView as_bytes_view(const void* p, size_t n) {
-  return ByteView(static_cast<const std::byte*>(p), n);
-}
-inline MutableByteView as_mutable_view(void* p, size_t n) {
-  return MutableByteView(static_cast<std::byte*>(p), n);
-}
 
 constexpr size_t kDirectIoAlignment = 4096;
 

@@ -13,7 +13,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
-KvConnector::KvConnector(StoreClient* store, uint16_t ns, uint32_t block_bytes)
+KvConnector::KvConnector(KvStore* store, uint16_t ns, uint32_t block_bytes)
     : store_(store), ns_(ns), block_bytes_(block_bytes) {}
 
 MutableByteView KvConnector::scratch(size_t blocks) {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "common/buffer.h"
-#include "engine/store_client.h"
+#include "kvtier/kv_store.h"
 
 namespace kvtier::engine {
 
@@ -49,7 +49,7 @@ struct SaveOutcome {
 
 class KvConnector {
  public:
-  KvConnector(StoreClient* store, uint16_t ns, uint32_t block_bytes);
+  KvConnector(KvStore* store, uint16_t ns, uint32_t block_bytes);
 
   // Longest prefix the store has (blocks), without loading.
   Result<kv::MatchResult> lookup(std::span<const kv::Key128> keys);
@@ -68,7 +68,7 @@ class KvConnector {
  private:
   MutableByteView scratch(size_t blocks);
 
-  StoreClient* store_;
+  KvStore* store_;
   uint16_t ns_;
   uint32_t block_bytes_;
   AlignedBuffer buf_;

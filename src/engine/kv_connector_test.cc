@@ -16,7 +16,6 @@ constexpr uint32_t kBlock = 8192;
 
 struct ConnectorFixture {
   std::unique_ptr<kv::Store> store;
-  std::unique_ptr<StoreClient> client;
   std::unique_ptr<KvConnector> connector;
   std::vector<kv::Key128> keys;
 
@@ -32,7 +31,6 @@ struct ConnectorFixture {
     auto s = kv::Store::open(o);
     EXPECT_TRUE(s.ok()) << s.status().message();
     store = std::move(*s);
-    client = make_local_store_client(store.get());
     kv::Namespace ns;
     ns.model_id = "connector-test";
     ns.model_revision = "1";
@@ -40,9 +38,9 @@ struct ConnectorFixture {
     ns.kv_dtype = "bf16";
     ns.kv_layout = "test";
     ns.tokens_per_block = 16;
-    auto id = client->register_namespace(ns);
+    auto id = store->register_namespace(ns);
     EXPECT_TRUE(id.ok()) << id.status().message();
-    connector = std::make_unique<KvConnector>(client.get(), *id, kBlock);
+    connector = std::make_unique<KvConnector>(store.get(), *id, kBlock);
     std::vector<uint64_t> ids(blocks);
     for (size_t i = 0; i < blocks; ++i) ids[i] = 1000 + i;
     keys = kv::chain_block_keys_from_ids(ns.scheme, ns.digest(), ids);

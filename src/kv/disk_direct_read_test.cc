@@ -58,7 +58,7 @@ struct Opened {
     for (uint64_t i = 0; i < 20; ++i) put(1000 + i, kObj);
     ASSERT_TRUE(store->flush().ok());
   }
-  uint64_t direct_reads() const { return store->stats().disk.direct_reads; }
+  uint64_t direct_reads() const { return store->local_stats().disk.direct_reads; }
 };
 
 TEST(DiskDirectRead, AlignedBufferGetsThePayloadWithoutStaging) {
@@ -132,7 +132,7 @@ TEST(DiskDirectRead, UnalignedBufferFallsBackToStaging) {
   ASSERT_TRUE(g.ok() && g->hit);
   EXPECT_TRUE(payload_matches(test_key(1), ByteView(out.data() + 16, kObj)));
   EXPECT_EQ(s.direct_reads(), 0u);
-  EXPECT_EQ(s.store->stats().disk.reads, 1u);
+  EXPECT_EQ(s.store->local_stats().disk.reads, 1u);
 }
 
 TEST(DiskDirectRead, NeverUsedOnUserSpaceDevicesByDefault) {
@@ -171,7 +171,7 @@ TEST(DiskDirectRead, CorruptPayloadIsVerifiedInPlaceAndDropped) {
   EXPECT_FALSE(g->hit);
   EXPECT_EQ(g->miss, MissReason::kCorrupt);
   EXPECT_EQ(s.direct_reads(), 1u);
-  EXPECT_EQ(s.store->stats().disk.read_corrupt, 1u);
+  EXPECT_EQ(s.store->local_stats().disk.read_corrupt, 1u);
   g = s.store->get(s.ns, k, out.view());  // dropped: now simply absent
   EXPECT_EQ(g->miss, MissReason::kNotFound);
 }

@@ -219,7 +219,7 @@ Opened open_store(std::shared_ptr<blk::MemDevice> mem) {
   EXPECT_TRUE(s.ok()) << s.status().to_string();
   o.store = std::move(s).value();
   o.ns = *o.store->register_namespace(n1());
-  o.stats = o.store->stats();
+  o.stats = o.store->local_stats();
   return o;
 }
 

@@ -32,6 +32,7 @@
 #include "kv/index.h"
 #include "kv/namespace_table.h"
 #include "kv/read_target.h"
+#include "kvtier/store_types.h"
 
 namespace kvtier::kv {
 
@@ -68,20 +69,6 @@ struct DiskTierOptions {
   // refused with kTimeout (the store counts a kDiskError refusal).
   uint64_t write_timeout_ms = 2000;
   DirectReads direct_reads = DirectReads::kAuto;
-};
-
-struct DiskTierStats {
-  uint64_t appends = 0, bytes_appended = 0;
-  uint64_t region_writes = 0, bytes_written = 0, write_errors = 0;
-  uint64_t write_timeouts = 0;  // appends/flushes refused: device writes pending too long
-  uint64_t reads = 0, bytes_read = 0, buffer_reads = 0;
-  uint64_t direct_reads = 0;  // of `reads`, those that went straight into the caller's buffer
-  uint64_t read_corrupt = 0, read_io_errors = 0;
-  uint64_t regions_reclaimed = 0, entries_evicted = 0, entries_reinserted = 0;
-  uint64_t recovered_entries = 0, recovery_dropped = 0, recovered_tombstones = 0;
-  uint64_t tombstones = 0;  // appended by remove()
-  bool recovered_from_checkpoint = false;
-  uint32_t region_count = 0, regions_in_use = 0;
 };
 
 class DiskTier {

@@ -724,7 +724,7 @@ Status Store::close() {
   return disk_->close();
 }
 
-StoreStats Store::stats() const {
+StoreStats Store::local_stats() const {
   StoreStats s;
   s.puts = m_->puts.value();
   s.dedups = m_->dedups.value();

@@ -33,33 +33,10 @@
 #include "kv/namespace.h"
 #include "kv/namespace_table.h"
 #include "kv/ram_tier.h"
+#include "kvtier/kv_store.h"
+#include "kvtier/store_types.h"
 
 namespace kvtier::kv {
-
-enum class Tier : uint8_t { kNone = 0, kRam = 1, kDisk = 2 };
-const char* tier_name(Tier t);
-
-enum class MissReason : uint8_t {
-  kNone = 0,
-  kNotFound,          // never stored, removed, or evicted from every tier
-  kEvicted,           // evicted while the lookup was in progress
-  kForeignNamespace,  // the key exists under another namespace
-  kCorrupt,           // stored bytes failed verification (entry dropped)
-  kIoError,           // the device reported an error
-  kTimeout,           // the device did not answer in time
-  kCount
-};
-const char* miss_reason_name(MissReason r);
-
-enum class RefuseReason : uint8_t {
-  kNone = 0,
-  kNoSpace,    // neither tier could take the block
-  kIndexFull,  // the index reached its fixed capacity
-  kDiskError,  // the disk tier failed to accept the block
-  kAdmission,  // the disk write budget (admission policy) said no
-  kCount
-};
-const char* refuse_reason_name(RefuseReason r);
 
 struct StoreOptions {
   uint64_t ram_bytes = 1ull << 30;  // 0 = no RAM tier (direct-to-volume, case F)
@@ -85,28 +62,6 @@ struct StoreOptions {
   uint64_t disk_write_burst_bytes = 256ull << 20;
 };
 
-struct PutResult {
-  enum class Outcome : uint8_t { kStored, kDeduplicated, kRefused };
-  Outcome outcome = Outcome::kStored;
-  Tier tier = Tier::kNone;  // where the block was stored
-  RefuseReason refuse = RefuseReason::kNone;
-  bool stored() const { return outcome != Outcome::kRefused; }
-};
-
-struct GetResult {
-  bool hit = false;
-  Tier tier = Tier::kNone;
-  MissReason miss = MissReason::kNone;
-  uint32_t length = 0;  // payload bytes written to the caller's buffer
-};
-
-struct MatchResult {
-  size_t blocks = 0;        // leading keys present
-  size_t ram_blocks = 0;    // of those, in RAM
-  size_t disk_blocks = 0;   // of those, on disk only
-  std::vector<Tier> tiers;  // per matched block
-};
-
 // A read lease on a block's RAM copy (Store::lease_ram): its bytes stay at
 // [offset, offset + length) of the RAM arena until the lease is released.
 struct RamLease {
@@ -117,40 +72,22 @@ struct RamLease {
   uint32_t crc = 0;                 // CRC32C of the bytes, as stored
 };
 
-struct BatchGetItem {
-  Key128 key;
-  MutableByteView out;
-};
-
-struct StoreStats {
-  uint64_t puts = 0, dedups = 0, put_bytes = 0;
-  uint64_t hits_ram = 0, hits_disk = 0, get_bytes = 0;
-  std::array<uint64_t, static_cast<size_t>(MissReason::kCount)> misses{};
-  std::array<uint64_t, static_cast<size_t>(RefuseReason::kCount)> refusals{};
-  uint64_t evictions = 0, demotions = 0, demotion_bytes = 0, eviction_drops = 0;
-  uint64_t promotions = 0, disk_direct_puts = 0, demotions_rejected = 0;
-  uint64_t index_full_reclaims = 0;  // oldest disk regions reclaimed to free index records
-  uint64_t ram_slots = 0, ram_used = 0, ram_leased = 0;
-  uint64_t index_entries = 0, index_capacity = 0, index_bytes = 0;
-  DiskTierStats disk;
-  bool has_disk = false;
-};
-
-class Store {
+class Store final : public KvStore {
  public:
   static Result<std::unique_ptr<Store>> open(const StoreOptions& options);
-  ~Store();
+  ~Store() override;
 
   // Validates `ns` and returns the handle that put/get take.
-  Result<uint16_t> register_namespace(const Namespace& ns);
+  Result<uint16_t> register_namespace(const Namespace& ns) override;
 
-  Result<PutResult> put(uint16_t ns, const Key128& key, ByteView data);
-  Result<GetResult> get(uint16_t ns, const Key128& key, MutableByteView out);
+  Result<PutResult> put(uint16_t ns, const Key128& key, ByteView data) override;
+  Result<GetResult> get(uint16_t ns, const Key128& key, MutableByteView out) override;
   Result<std::vector<PutResult>> batch_put(uint16_t ns, std::span<const Key128> keys,
-                                           std::span<const ByteView> data);
+                                           std::span<const ByteView> data) override;
   // Reads every item with the disk reads in flight together.
-  Result<std::vector<GetResult>> batch_get(uint16_t ns, std::span<const BatchGetItem> items);
-  Result<MatchResult> match_prefix(uint16_t ns, std::span<const Key128> keys);
+  Result<std::vector<GetResult>> batch_get(uint16_t ns,
+                                           std::span<const BatchGetItem> items) override;
+  Result<MatchResult> match_prefix(uint16_t ns, std::span<const Key128> keys) override;
 
   // Direct reads (a same-host client copies the block out of the shared RAM
   // arena itself): a lease on `key`'s RAM copy, counted as a RAM hit, or
@@ -162,11 +99,11 @@ class Store {
   int ram_arena_fd() const;
   uint64_t ram_arena_bytes() const;
   // Drops a block from every tier. Returns whether it was present.
-  Result<bool> remove(uint16_t ns, const Key128& key);
+  Result<bool> remove(uint16_t ns, const Key128& key) override;
   // Protects the RAM copies of `keys` from eviction for `ttl_ms` (a session
   // that is likely to return). Returns how many blocks were pinned.
-  Result<size_t> pin(uint16_t ns, std::span<const Key128> keys, uint64_t ttl_ms);
-  Result<size_t> unpin(uint16_t ns, std::span<const Key128> keys);
+  Result<size_t> pin(uint16_t ns, std::span<const Key128> keys, uint64_t ttl_ms) override;
+  Result<size_t> unpin(uint16_t ns, std::span<const Key128> keys) override;
 
   // Makes every block stored so far durable on the volume (RAM-only blocks
   // are written down; they stay in RAM).
@@ -174,7 +111,9 @@ class Store {
   // flush() and write the disk tier's checkpoint; the store must be idle.
   Status close();
 
-  StoreStats stats() const;
+  // The counters now (KvStore::stats() returns the same, as a Result).
+  StoreStats local_stats() const;
+  Result<StoreStats> stats() override { return local_stats(); }
   MetricsRegistry& metrics() { return metrics_; }
   const StoreOptions& options() const { return opts_; }
 

@@ -53,7 +53,7 @@ struct Opened {
     return true;
   }
   uint64_t refusals(RefuseReason r) const {
-    return store->stats().refusals[static_cast<size_t>(r)];
+    return store->local_stats().refusals[static_cast<size_t>(r)];
   }
 };
 
@@ -76,7 +76,7 @@ TEST(StoreReviewFixes, FullIndexReclaimsTheOldestRegionInsteadOfRefusing) {
     ASSERT_TRUE(r->stored()) << "put " << i << " refused: " << refuse_reason_name(r->refuse);
   }
   EXPECT_EQ(s.refusals(RefuseReason::kIndexFull), 0u);
-  EXPECT_GT(s.store->stats().index_full_reclaims, 0u);
+  EXPECT_GT(s.store->local_stats().index_full_reclaims, 0u);
   for (uint64_t i = 1990; i <= 2000; ++i) EXPECT_TRUE(s.has(i)) << i;  // the newest are kept
 }
 
@@ -87,7 +87,7 @@ TEST(StoreReviewFixes, PutOfAKeyHeldByAnotherNamespaceIsNotADedup) {
   auto r = s.put(1, kObj, 0, other);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kAlreadyExists);
-  EXPECT_EQ(s.store->stats().dedups, 0u);
+  EXPECT_EQ(s.store->local_stats().dedups, 0u);
   // batch_put checks before changing anything.
   AlignedBuffer b(kObj);
   const Key128 keys[] = {test_key(2), test_key(1)};
@@ -149,7 +149,7 @@ TEST(StoreReviewFixes, HungDeviceWritesAreRefusedAtTheDeadline) {
   const uint64_t ms = (now_ns() - t0) / 1000000;
   EXPECT_EQ(refused, 3u);
   EXPECT_LT(ms, 3000u);  // three refusals of ~150 ms each, not the 30 s hang
-  EXPECT_GE(s.store->stats().disk.write_timeouts, 3u);
+  EXPECT_GE(s.store->local_stats().disk.write_timeouts, 3u);
   EXPECT_EQ(s.refusals(RefuseReason::kDiskError), 3u);
   const Status fl = s.store->flush();  // bounded too
   EXPECT_EQ(fl.code(), StatusCode::kTimeout);

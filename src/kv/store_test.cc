@@ -51,7 +51,9 @@ struct Fixture {
     if (r->hit) EXPECT_TRUE(payload_matches(test_key(i), ByteView(out.data(), r->length))) << i;
     return *r;
   }
-  uint64_t misses(MissReason r) const { return store->stats().misses[static_cast<size_t>(r)]; }
+  uint64_t misses(MissReason r) const {
+    return store->local_stats().misses[static_cast<size_t>(r)];
+  }
 };
 
 TEST(Store, PutGetRoundTripAndDedup) {
@@ -64,7 +66,7 @@ TEST(Store, PutGetRoundTripAndDedup) {
   EXPECT_EQ(g.length, kObj);
   EXPECT_FALSE(f.get(2).hit);
   EXPECT_EQ(f.misses(MissReason::kNotFound), 1u);
-  EXPECT_EQ(f.store->stats().dedups, 1u);
+  EXPECT_EQ(f.store->local_stats().dedups, 1u);
   // Smaller objects than the slot are fine.
   f.put(3, 1000);
   EXPECT_EQ(f.get(3).length, 1000u);
@@ -73,7 +75,7 @@ TEST(Store, PutGetRoundTripAndDedup) {
 TEST(Store, BadInputIsRejectedAndChangesNothing) {
   Fixture f(small_options(std::make_shared<blk::MemDevice>(32 << 20)));
   f.put(1);
-  const auto before = f.store->stats();
+  const auto before = f.store->local_stats();
   AlignedBuffer big(kObj + 1);
   auto r1 = f.store->put(f.ns, test_key(9), ByteView(big.data(), 0));
   EXPECT_EQ(r1.status().code(), StatusCode::kInvalidArgument);
@@ -98,7 +100,7 @@ TEST(Store, BadInputIsRejectedAndChangesNothing) {
   bad_ns.tokens_per_block = 0;
   EXPECT_FALSE(f.store->register_namespace(bad_ns).ok());
 
-  const auto after = f.store->stats();
+  const auto after = f.store->local_stats();
   EXPECT_EQ(after.index_entries, before.index_entries);
   EXPECT_EQ(after.puts, before.puts);
   EXPECT_EQ(after.ram_used, before.ram_used);
@@ -126,7 +128,7 @@ TEST(Store, FullRamDemotesInsteadOfRefusing) {
   Fixture f(small_options(std::make_shared<blk::MemDevice>(64 << 20), 16));
   const int n = 400;  // 25x the RAM tier, well within the volume
   for (int i = 0; i < n; ++i) ASSERT_TRUE(f.put(i).stored()) << i;
-  auto st = f.store->stats();
+  auto st = f.store->local_stats();
   uint64_t refusals = 0;
   for (auto r : st.refusals) refusals += r;
   EXPECT_EQ(refusals, 0u);
@@ -145,7 +147,7 @@ TEST(Store, WithoutDiskTierFullRamEvictsOldBlocks) {
   StoreOptions o = small_options(nullptr, 8);
   Fixture f(o);
   for (int i = 0; i < 40; ++i) ASSERT_TRUE(f.put(i).stored());
-  auto st = f.store->stats();
+  auto st = f.store->local_stats();
   EXPECT_EQ(st.eviction_drops, 32u);
   EXPECT_TRUE(f.get(39).hit);
   EXPECT_FALSE(f.get(0).hit);
@@ -262,7 +264,7 @@ TEST(Store, CorruptByteOnVolumeIsAMissAndTheEntryIsDropped) {
   EXPECT_FALSE(g.hit);
   EXPECT_EQ(g.miss, MissReason::kCorrupt);
   EXPECT_EQ(f.misses(MissReason::kCorrupt), 1u);
-  EXPECT_EQ(f.store->stats().disk.read_corrupt, 1u);
+  EXPECT_EQ(f.store->local_stats().disk.read_corrupt, 1u);
   // The bad entry is gone from the index: the next get is a plain miss.
   EXPECT_EQ(f.get(5).miss, MissReason::kNotFound);
   EXPECT_TRUE(f.get(6).hit);
@@ -304,7 +306,7 @@ TEST(Store, DeviceErrorsAndHangsBecomeMissesNotErrors) {
   // "corrupt" reads of what the failed write left behind.
   for (int i = 100; i < 139; ++i) f.get(i);
   EXPECT_EQ(f.misses(MissReason::kCorrupt), 0u);
-  EXPECT_GT(f.store->stats().disk.write_errors, 0u);
+  EXPECT_GT(f.store->local_stats().disk.write_errors, 0u);
 }
 
 TEST(Store, WarmRestartFromCheckpointFindsEverything) {
@@ -315,7 +317,7 @@ TEST(Store, WarmRestartFromCheckpointFindsEverything) {
     ASSERT_TRUE(f.store->close().ok());
   }
   Fixture f(small_options(mem, 4));
-  auto st = f.store->stats();
+  auto st = f.store->local_stats();
   EXPECT_TRUE(st.disk.recovered_from_checkpoint);
   EXPECT_EQ(st.disk.recovered_entries, 100u);
   for (int i = 0; i < 100; ++i) ASSERT_TRUE(f.get(i).hit) << i;
@@ -342,7 +344,7 @@ TEST(Store, CrashRecoveryScanKeepsOnlyVerifiedEntries) {
     }
   }
   Fixture f(small_options(image, 4));
-  auto st = f.store->stats();
+  auto st = f.store->local_stats();
   EXPECT_FALSE(st.disk.recovered_from_checkpoint);
   EXPECT_GE(st.disk.recovery_dropped, 1u);
   for (int i = 0; i < 60; ++i) {
@@ -363,7 +365,7 @@ TEST(Store, DiskHitIsPromotedToRam) {
   EXPECT_EQ(g.tier, Tier::kDisk);
   g = f.get(0);
   EXPECT_EQ(g.tier, Tier::kRam);
-  EXPECT_EQ(f.store->stats().promotions, 1u);
+  EXPECT_EQ(f.store->local_stats().promotions, 1u);
 }
 
 TEST(Store, DirectToVolumeWithoutRamTier) {
@@ -406,7 +408,7 @@ TEST(Store, RemoveDropsFromEveryTier) {
   EXPECT_FALSE(f.get(9).hit);
   EXPECT_TRUE(f.get(5).hit);
   for (int i = 100; i < 120; ++i) f.put(i);  // orphaned slots get reused
-  EXPECT_LE(f.store->stats().ram_used, 4u);
+  EXPECT_LE(f.store->local_stats().ram_used, 4u);
 }
 
 TEST(Store, RegionReclaimEvictsOldestAndReinsertsHotBlocks) {
@@ -414,7 +416,7 @@ TEST(Store, RegionReclaimEvictsOldestAndReinsertsHotBlocks) {
   o.promote_on_disk_hit = false;
   o.disk.reinsert_min_hits = 2;
   Fixture f(o);
-  const uint32_t regions = f.store->stats().disk.region_count;
+  const uint32_t regions = f.store->local_stats().disk.region_count;
   ASSERT_GE(regions, 2u);
   // Block 0 is read twice from disk: hot.
   f.put(0);
@@ -425,7 +427,7 @@ TEST(Store, RegionReclaimEvictsOldestAndReinsertsHotBlocks) {
   // Write enough to wrap the volume several times.
   const int per_region = (1 << 20) / (kObj + 4096);
   for (int i = 10; i < 10 + per_region * static_cast<int>(regions) * 3; ++i) f.put(i);
-  auto st = f.store->stats();
+  auto st = f.store->local_stats();
   EXPECT_GT(st.disk.regions_reclaimed, 0u);
   EXPECT_GT(st.disk.entries_evicted, 0u);
   EXPECT_GT(st.disk.entries_reinserted, 0u);
@@ -450,7 +452,7 @@ TEST(Store, AdmissionBudgetRefusesDirectPutsAndDropsDemotions) {
   PutResult r = f.put(3);
   EXPECT_EQ(r.outcome, PutResult::Outcome::kRefused);
   EXPECT_EQ(r.refuse, RefuseReason::kAdmission);
-  EXPECT_EQ(f.store->stats().refusals[static_cast<size_t>(RefuseReason::kAdmission)], 1u);
+  EXPECT_EQ(f.store->local_stats().refusals[static_cast<size_t>(RefuseReason::kAdmission)], 1u);
   EXPECT_TRUE(f.get(1).hit);
   EXPECT_FALSE(f.get(3).hit);
 
@@ -459,7 +461,7 @@ TEST(Store, AdmissionBudgetRefusesDirectPutsAndDropsDemotions) {
   o2.disk_write_burst_bytes = kObj;
   Fixture g(o2);
   for (int i = 0; i < 6; ++i) EXPECT_TRUE(g.put(i).stored());
-  auto st = g.store->stats();
+  auto st = g.store->local_stats();
   EXPECT_EQ(st.demotions, 1u);
   EXPECT_EQ(st.demotions_rejected, 3u);
   EXPECT_EQ(st.eviction_drops, 3u);
@@ -509,7 +511,7 @@ TEST(Store, RacingPutsOfTheSameKeysNeverLoseOrMixBlocks) {
     });
   }
   for (auto& th : threads) th.join();
-  auto st = f.store->stats();
+  auto st = f.store->local_stats();
   EXPECT_LE(st.ram_used, 4u);
   EXPECT_EQ(st.index_entries, 24u);
   for (int i = 0; i < 24; ++i) EXPECT_TRUE(f.get(i).hit) << i;  // get() checks the bytes

@@ -484,7 +484,7 @@ void add_store_stats(kv::StoreStats& sum, const kv::StoreStats& add) {
   for (const auto& f : store_stat_fields()) f.set(sum, f.get(sum) + f.get(add));
 }
 
-Result<ClusterStoreStats> ClusterStore::stats() {
+Result<ClusterStoreStats> ClusterStore::cluster_stats() {
   auto v = impl_->snapshot();
   if (v->conns.empty()) return Status::unavailable("the cluster has no nodes");
   ClusterStoreStats out;
@@ -512,6 +512,15 @@ Result<ClusterStoreStats> ClusterStore::stats() {
       out.per_node.begin(), out.per_node.end(),
       [](const ClusterNodeStats& a, const ClusterNodeStats& b) { return a.node.id < b.node.id; });
   return out;
+}
+
+Result<kv::StoreStats> ClusterStore::stats() {
+  auto r = cluster_stats();
+  if (!r.ok()) return r.status();
+  if (r->answered == 0) {
+    return Status::unavailable(fmt::format("none of the {} store nodes answered", r->nodes));
+  }
+  return r->total;
 }
 
 }  // namespace kvtier::net

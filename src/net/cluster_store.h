@@ -36,6 +36,7 @@
 #include "common/buffer.h"
 #include "common/status.h"
 #include "kv/store.h"
+#include "kvtier/kv_store.h"
 #include "net/remote_store.h"
 
 namespace kvtier::net {
@@ -85,12 +86,12 @@ struct ClusterStoreStats {
 // carries, net/remote_store.h store_stat_fields()).
 void add_store_stats(kv::StoreStats& sum, const kv::StoreStats& add);
 
-class ClusterStore {
+class ClusterStore final : public KvStore {
  public:
   // With etcd, reads the node set once (an error if etcd cannot be read) and
   // starts polling.
   static Result<std::unique_ptr<ClusterStore>> open(const ClusterStoreOptions& options);
-  ~ClusterStore();
+  ~ClusterStore() override;
   ClusterStore(const ClusterStore&) = delete;
   ClusterStore& operator=(const ClusterStore&) = delete;
 
@@ -101,22 +102,25 @@ class ClusterStore {
   // Reads etcd now instead of waiting for the next poll.
   Status refresh();
 
-  Result<uint16_t> register_namespace(const kv::Namespace& ns);
-  Result<kv::PutResult> put(uint16_t ns, const kv::Key128& key, ByteView data);
-  Result<kv::GetResult> get(uint16_t ns, const kv::Key128& key, MutableByteView out);
+  Result<uint16_t> register_namespace(const kv::Namespace& ns) override;
+  Result<kv::PutResult> put(uint16_t ns, const kv::Key128& key, ByteView data) override;
+  Result<kv::GetResult> get(uint16_t ns, const kv::Key128& key, MutableByteView out) override;
   Result<std::vector<kv::PutResult>> batch_put(uint16_t ns, std::span<const kv::Key128> keys,
-                                               std::span<const ByteView> data);
+                                               std::span<const ByteView> data) override;
   Result<std::vector<kv::GetResult>> batch_get(uint16_t ns,
-                                               std::span<const kv::BatchGetItem> items);
-  Result<kv::MatchResult> match_prefix(uint16_t ns, std::span<const kv::Key128> keys);
-  Result<bool> remove(uint16_t ns, const kv::Key128& key);
-  Result<size_t> pin(uint16_t ns, std::span<const kv::Key128> keys, uint64_t ttl_ms);
-  Result<size_t> unpin(uint16_t ns, std::span<const kv::Key128> keys);
+                                               std::span<const kv::BatchGetItem> items) override;
+  Result<kv::MatchResult> match_prefix(uint16_t ns, std::span<const kv::Key128> keys) override;
+  Result<bool> remove(uint16_t ns, const kv::Key128& key) override;
+  Result<size_t> pin(uint16_t ns, std::span<const kv::Key128> keys, uint64_t ttl_ms) override;
+  Result<size_t> unpin(uint16_t ns, std::span<const kv::Key128> keys) override;
 
   // Asks every node of the current set for its statistics, all at once
   // (each bounded by the node's call timeout). A node that does not answer
   // is counted out, never an error; Unavailable only when the set is empty.
-  Result<ClusterStoreStats> stats();
+  Result<ClusterStoreStats> cluster_stats();
+  // KvStore::stats(): the sum over the nodes that answered (Unavailable when
+  // none did).
+  Result<kv::StoreStats> stats() override;
 
  private:
   struct Impl;

@@ -87,7 +87,7 @@ TEST(ClusterStore, BatchesSplitPerOwnerAndMergeInOrder) {
   for (const auto& r : *put) EXPECT_TRUE(r.stored());
   // Each server holds exactly the keys placed on it.
   for (size_t n = 0; n < 3; ++n) {
-    auto st = t.servers[n]->store().stats();
+    auto st = t.servers[n]->store().local_stats();
     EXPECT_EQ(st.puts, per_node["node-" + std::to_string(n)]) << n;
   }
   // Batch get in reverse order: answers come back in the caller's order.

@@ -35,6 +35,7 @@
 #include "common/buffer.h"
 #include "common/status.h"
 #include "kv/store.h"
+#include "kvtier/kv_store.h"
 #include "net/protocol.h"
 
 namespace kvtier::net {
@@ -81,12 +82,12 @@ struct RemoteStoreClientStats {
   uint64_t direct_matches = 0;     // match_prefix calls answered over a direct channel
 };
 
-class RemoteStore {
+class RemoteStore final : public KvStore {
  public:
   // Validates the options and starts connecting in the background; succeeds
   // even when the server is down (calls are then misses until it is up).
   static Result<std::unique_ptr<RemoteStore>> open(const RemoteStoreOptions& options);
-  ~RemoteStore();
+  ~RemoteStore() override;
   RemoteStore(const RemoteStore&) = delete;
   RemoteStore& operator=(const RemoteStore&) = delete;
 
@@ -104,22 +105,22 @@ class RemoteStore {
   // Validates `ns` and returns a handle for the calls below. When the server
   // is reachable it is registered there at once, so that a namespace the
   // server rejects is reported here.
-  Result<uint16_t> register_namespace(const kv::Namespace& ns);
+  Result<uint16_t> register_namespace(const kv::Namespace& ns) override;
 
-  Result<kv::PutResult> put(uint16_t ns, const kv::Key128& key, ByteView data);
-  Result<kv::GetResult> get(uint16_t ns, const kv::Key128& key, MutableByteView out);
+  Result<kv::PutResult> put(uint16_t ns, const kv::Key128& key, ByteView data) override;
+  Result<kv::GetResult> get(uint16_t ns, const kv::Key128& key, MutableByteView out) override;
   // Split into several requests when the server's batch or frame limits ask for it.
   Result<std::vector<kv::PutResult>> batch_put(uint16_t ns, std::span<const kv::Key128> keys,
-                                               std::span<const ByteView> data);
+                                               std::span<const ByteView> data) override;
   Result<std::vector<kv::GetResult>> batch_get(uint16_t ns,
-                                               std::span<const kv::BatchGetItem> items);
-  Result<kv::MatchResult> match_prefix(uint16_t ns, std::span<const kv::Key128> keys);
-  Result<bool> remove(uint16_t ns, const kv::Key128& key);
-  Result<size_t> pin(uint16_t ns, std::span<const kv::Key128> keys, uint64_t ttl_ms);
-  Result<size_t> unpin(uint16_t ns, std::span<const kv::Key128> keys);
+                                               std::span<const kv::BatchGetItem> items) override;
+  Result<kv::MatchResult> match_prefix(uint16_t ns, std::span<const kv::Key128> keys) override;
+  Result<bool> remove(uint16_t ns, const kv::Key128& key) override;
+  Result<size_t> pin(uint16_t ns, std::span<const kv::Key128> keys, uint64_t ttl_ms) override;
+  Result<size_t> unpin(uint16_t ns, std::span<const kv::Key128> keys) override;
 
   // The server's store statistics (Unavailable when it cannot be reached).
-  Result<kv::StoreStats> stats();
+  Result<kv::StoreStats> stats() override;
   // Every counter the server reports (store and server metrics).
   Result<std::vector<StatCounter>> stat_counters();
   // The server's statistics as one JSON object.

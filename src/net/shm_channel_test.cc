@@ -118,12 +118,12 @@ TEST(ShmChannelServer, RamHitIsLeasedInTheArenaUntilReleased) {
   ASSERT_EQ(r->placement, ShmPlacement::kArena);
   ASSERT_EQ(r->result.length, kObj);
   EXPECT_TRUE(payload_matches(test_key(1), ByteView(rig.arena + r->arena_offset, kObj)));
-  EXPECT_EQ(rig.store->stats().ram_leased, 1u);
+  EXPECT_EQ(rig.store->local_stats().ram_leased, 1u);
   // The lease keeps the slot: removing the block cannot free it under us.
   // Releasing a lease the channel does not hold changes nothing.
   ASSERT_TRUE(channel_send(rig.client, ShmReleaseRequest{{r->lease + 1}}, 2).ok());
   ASSERT_TRUE(channel_send(rig.client, ShmReleaseRequest{{r->lease}}, 3).ok());
-  EXPECT_TRUE(wait_for([&] { return rig.store->stats().ram_leased == 0; }));
+  EXPECT_TRUE(wait_for([&] { return rig.store->local_stats().ram_leased == 0; }));
   // A miss names no place; an unknown namespace is an Error, not a close.
   f = rig.ask(ShmLeaseGetRequest{rig.ns, test_key(99), 0, kObj, {}}, 4);
   ASSERT_TRUE(f.ok());
@@ -157,7 +157,7 @@ TEST(ShmChannelServer, TheNextRequestCarriesTheReleases) {
   ASSERT_TRUE(f.ok());
   auto second = decode_message_as<ShmLeaseGetResponse>(f->header, f->descriptor);
   ASSERT_TRUE(second.ok() && second->placement == ShmPlacement::kArena);
-  EXPECT_EQ(rig.store->stats().ram_leased, 1u);  // only the second
+  EXPECT_EQ(rig.store->local_stats().ram_leased, 1u);  // only the second
 }
 
 TEST(ShmChannelServer, ClientThatGoesAwayLosesItsLeases) {
@@ -167,22 +167,22 @@ TEST(ShmChannelServer, ClientThatGoesAwayLosesItsLeases) {
     auto f = rig.ask(ShmLeaseGetRequest{rig.ns, test_key(id), 0, kObj, {}}, id);
     ASSERT_TRUE(f.ok());
   }
-  EXPECT_EQ(rig.store->stats().ram_leased, 3u);
+  EXPECT_EQ(rig.store->local_stats().ram_leased, 3u);
   ::shutdown(rig.client, SHUT_RDWR);
   EXPECT_TRUE(wait_for([&] { return rig.server->finished(); }));
-  EXPECT_EQ(rig.store->stats().ram_leased, 0u);
+  EXPECT_EQ(rig.store->local_stats().ram_leased, 0u);
 }
 
 TEST(ShmChannelServer, MalformedFrameClosesTheChannelAndFreesLeases) {
   ChannelRig rig;
   rig.put(1);
   ASSERT_TRUE(rig.ask(ShmLeaseGetRequest{rig.ns, test_key(1), 0, kObj, {}}, 1).ok());
-  EXPECT_EQ(rig.store->stats().ram_leased, 1u);
+  EXPECT_EQ(rig.store->local_stats().ram_leased, 1u);
   std::byte junk[64];
   std::memset(junk, 0x5A, sizeof junk);
   ASSERT_EQ(::send(rig.client, junk, sizeof junk, MSG_NOSIGNAL), 64);
   EXPECT_TRUE(wait_for([&] { return rig.server->finished(); }));
-  EXPECT_EQ(rig.store->stats().ram_leased, 0u);
+  EXPECT_EQ(rig.store->local_stats().ram_leased, 0u);
 }
 
 TEST(ShmChannelServer, PastTheLeaseLimitHitsAreCopiedIntoTheArea) {
@@ -197,7 +197,7 @@ TEST(ShmChannelServer, PastTheLeaseLimitHitsAreCopiedIntoTheArea) {
   ASSERT_TRUE(r->result.hit);
   EXPECT_EQ(r->placement, ShmPlacement::kArea);
   EXPECT_TRUE(payload_matches(test_key(2), ByteView(rig.area->data() + kObj, kObj)));
-  EXPECT_EQ(rig.store->stats().ram_leased, 1u);
+  EXPECT_EQ(rig.store->local_stats().ram_leased, 1u);
 }
 
 // ---- End to end ----
@@ -259,7 +259,7 @@ TEST(DirectChannel, RamHitsAreCopiedStraightFromTheArenaByteForByte) {
   EXPECT_GE(st.arena_reads, 24u);
   EXPECT_LE(st.arena_reads, 30u);
   // Every lease came back (releases are one-way: allow them a moment).
-  EXPECT_TRUE(wait_for([&] { return server->store().stats().ram_leased == 0; }));
+  EXPECT_TRUE(wait_for([&] { return server->store().local_stats().ram_leased == 0; }));
 }
 
 TEST(DirectChannel, MatchPrefixOverTheChannelEqualsTcp) {
@@ -320,8 +320,8 @@ TEST(DirectChannel, DiskHitsComeThroughTheClientsArea) {
   const auto st = c->client_stats();
   EXPECT_GE(st.direct_gets, 15u);  // a get finding the channel busy takes the other path
   EXPECT_LE(st.arena_reads, 4u);   // at most the RAM tier's 4 slots
-  EXPECT_GE(server->store().stats().hits_disk, 16u);
-  EXPECT_TRUE(wait_for([&] { return server->store().stats().ram_leased == 0; }));
+  EXPECT_GE(server->store().local_stats().hits_disk, 16u);
+  EXPECT_TRUE(wait_for([&] { return server->store().local_stats().ram_leased == 0; }));
 }
 
 TEST(DirectChannel, AServerWithoutASharedArenaStillServesTheChannel) {

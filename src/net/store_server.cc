@@ -437,7 +437,7 @@ struct StoreServer::Impl {
   }
 
   kv::StoreStats refresh_mirrors() {
-    kv::StoreStats s = store->stats();
+    kv::StoreStats s = store->local_stats();
     const auto& fields = store_stat_fields();
     std::lock_guard lk(mirror_mu);
     for (size_t i = 0; i < fields.size(); ++i) {

@@ -516,7 +516,7 @@ TEST(StoreServer, EveryOperationRoundTrips) {
   // stats
   auto st = client->stats();
   ASSERT_TRUE(st.ok()) << st.status().to_string();
-  EXPECT_EQ(st->puts, server->store().stats().puts);
+  EXPECT_EQ(st->puts, server->store().local_stats().puts);
   EXPECT_GE(st->puts, size_t(kN) + 2);
   EXPECT_GE(st->hits_ram + st->hits_disk, size_t(kN));
   EXPECT_GE(st->misses[static_cast<size_t>(kv::MissReason::kNotFound)], 1u);
@@ -604,7 +604,7 @@ TEST(StoreServer, MetricsAndHealthEndpoint) {
   // write of it completes, which may be just after the client has the bytes.
   std::string metrics = http_fetch(server->metrics_port(), "/metrics");
   for (int i = 0;
-       i < 100 && (server->store().stats().ram_leased != 0 ||
+       i < 100 && (server->store().local_stats().ram_leased != 0 ||
                    metric_value(metrics, "kvtier_server_requests_total{op=\"get\"}") < 2);
        ++i) {
     std::this_thread::sleep_for(milliseconds(10));
@@ -750,10 +750,10 @@ TEST(StoreServer, SlowReaderGetsEveryPipelinedResponseIntact) {
         << "response " << i << " carries wrong bytes";
   }
   // Every lease came back once its write was done.
-  for (int i = 0; i < 200 && server->store().stats().ram_leased != 0; ++i) {
+  for (int i = 0; i < 200 && server->store().local_stats().ram_leased != 0; ++i) {
     std::this_thread::sleep_for(milliseconds(10));
   }
-  EXPECT_EQ(server->store().stats().ram_leased, 0u);
+  EXPECT_EQ(server->store().local_stats().ram_leased, 0u);
 }
 
 TEST(StoreServer, ReaderThatVanishesMidWriteLeavesNoLeaseBehind) {
@@ -772,12 +772,12 @@ TEST(StoreServer, ReaderThatVanishesMidWriteLeavesNoLeaseBehind) {
     std::this_thread::sleep_for(milliseconds(200));
     // RAM hits are written from their slots: the one being written stays
     // leased while the reader does not read.
-    EXPECT_GE(server->store().stats().ram_leased, 1u);
+    EXPECT_GE(server->store().local_stats().ram_leased, 1u);
   }  // closed without reading
-  for (int i = 0; i < 300 && server->store().stats().ram_leased != 0; ++i) {
+  for (int i = 0; i < 300 && server->store().local_stats().ram_leased != 0; ++i) {
     std::this_thread::sleep_for(milliseconds(10));
   }
-  EXPECT_EQ(server->store().stats().ram_leased, 0u);
+  EXPECT_EQ(server->store().local_stats().ram_leased, 0u);
 }
 
 // ---- Refusals -----------------------------------------------------------------------------
@@ -1221,7 +1221,7 @@ TEST(StoreServer, GracefulStopClosesTheStoreWithACheckpoint) {
   // Reopen the same volume: a warm restart finds every block.
   auto reopened = kv::Store::open(so);
   ASSERT_TRUE(reopened.ok()) << reopened.status().to_string();
-  EXPECT_TRUE((*reopened)->stats().disk.recovered_from_checkpoint);
+  EXPECT_TRUE((*reopened)->local_stats().disk.recovered_from_checkpoint);
   uint16_t h = *(*reopened)->register_namespace(test_namespace());
   for (int i = 1; i <= 10; ++i) {
     auto g = (*reopened)->get(h, test_key(i), buf.view());

@@ -188,7 +188,7 @@ int run_cluster_stats(const StatsCli& cli) {
     std::fprintf(stderr, "kvtier store stats: %s\n", cs.status().to_string().c_str());
     return 1;
   }
-  auto st = (*cs)->stats();
+  auto st = (*cs)->cluster_stats();
   if (!st.ok()) {
     std::fprintf(stderr, "kvtier store stats: %s\n", st.status().to_string().c_str());
     return 1;

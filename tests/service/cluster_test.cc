@@ -3,7 +3,7 @@
 // free loopback ports, its own data directory) that the nodes register in; a
 // ClusterStore writes, reads, loses a node to SIGKILL, and sees a fourth
 // node join. Without etcd: a static node list from a cluster client config,
-// used through the engine's StoreClient and `kvtier store stats --node`.
+// used through the KvStore interface and `kvtier store stats --node`.
 // Every process runs in its own process group, killed by an RAII guard even
 // when the test fails.
 #include <fcntl.h>
@@ -23,8 +23,8 @@
 #include <sstream>
 #include <thread>
 
-#include "engine/store_client.h"
 #include "kv/test_payload.h"
+#include "kvtier/kv_store.h"
 #include "net/cluster_config.h"
 #include "net/cluster_store.h"
 #include "net/etcd_client.h"
@@ -439,11 +439,11 @@ TEST(Cluster, StaticThreeNodesWithoutEtcdKillOne) {
   ASSERT_TRUE(cs_r.ok()) << cs_r.status().to_string();
   ClusterStore& cs = **cs_r;
   ASSERT_EQ(cs.nodes().size(), 3u);
-  auto client = engine::make_cluster_store_client(&cs);
+  KvStore* client = &cs;  // through the interface every engine uses
   auto ns = client->register_namespace(test_namespace());
   ASSERT_TRUE(ns.ok()) << ns.status().to_string();
 
-  // Through the engine's StoreClient: one batch_put, then batch_get and match.
+  // Through KvStore: one batch_put, then batch_get and match.
   constexpr size_t kBlocks = 240;
   std::vector<kv::Key128> keys;
   std::vector<std::vector<uint8_t>> data;
@@ -466,7 +466,7 @@ TEST(Cluster, StaticThreeNodesWithoutEtcdKillOne) {
   EXPECT_EQ(m->blocks, kBlocks);
 
   // Stats: every node answers; the sum is the cluster's, each node's its own.
-  auto st = cs.stats();
+  auto st = cs.cluster_stats();
   ASSERT_TRUE(st.ok()) << st.status().to_string();
   EXPECT_EQ(st->nodes, 3u);
   EXPECT_EQ(st->answered, 3u);
@@ -513,7 +513,7 @@ TEST(Cluster, StaticThreeNodesWithoutEtcdKillOne) {
   m = client->match_prefix(*ns, keys);
   ASSERT_TRUE(m.ok());
   EXPECT_EQ(m->blocks, first_n2) << "the chain breaks at the first key of the dead node";
-  st = cs.stats();
+  st = cs.cluster_stats();
   ASSERT_TRUE(st.ok()) << st.status().to_string();
   EXPECT_EQ(st->nodes, 3u) << "a static list keeps the dead node in the set";
   EXPECT_EQ(st->answered, 2u);

@@ -428,7 +428,7 @@ inline int disk_recovery_fuzz_one(const uint8_t* data, size_t size) {
       if (new_blocks > 0) get_and_check(*store, *ns, blocks, img, ns_digest, buf);
     }
     if (verbose) {
-      const StoreStats st = store->stats();
+      const StoreStats st = store->local_stats();
       std::fprintf(
           stderr,
           "disk_recovery: open %d: %s, recovered %llu, dropped %llu, matched %zu, "

@@ -1,0 +1,3 @@
+from kvtier.bench.python_client import main
+
+raise SystemExit(main())
