@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <asio.hpp>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -1096,6 +1097,14 @@ struct RemoteStore::Impl {
     return Result<kv::GetResult>(resp->result.to_result());
   }
 
+  // Whether the session a request would use has a working direct channel.
+  bool direct_channel_up() {
+    auto up = pick();
+    if (!up) return false;
+    auto shm = up->conn->shm_session(up->gen);
+    return shm && shm->channel() && !shm->channel()->broken();
+  }
+
   // A match through the direct channel of the session a request would use,
   // or nullopt (no channel, or it is busy): then TCP.
   std::optional<Result<kv::MatchResult>> channel_match(uint16_t ns,
@@ -1384,6 +1393,7 @@ Result<std::vector<kv::GetResult>> RemoteStore::batch_get(uint16_t ns,
   if (items.empty()) return std::vector<kv::GetResult>{};
   const ServerLimits lim = server_limits();
   const uint64_t max_obj = lim.max_object_bytes ? lim.max_object_bytes : kMaxDataBytes;
+  if (auto direct = batch_get_direct(ns, items, max_obj)) return std::move(*direct);
   // A buffer larger than any object is announced as max_object_bytes (the
   // server sizes its staging area by the announced lengths).
   std::vector<MutableByteView> outs;
@@ -1432,6 +1442,38 @@ Result<std::vector<kv::GetResult>> RemoteStore::batch_get(uint16_t ns,
     }
   }
   return results;
+}
+
+// Same-host batches: each block through the direct channel (a RAM hit is
+// one copy, by this thread, out of the server's arena), instead of one TCP
+// request whose bytes cross the socket. Taken only when no item can be
+// refused half-way through the batch: every buffer holds the largest object
+// the server takes (so none is too small) and no two overlap; the server
+// validated the rest above. Otherwise nullopt, and the batch goes over TCP.
+std::optional<Result<std::vector<kv::GetResult>>> RemoteStore::batch_get_direct(
+    uint16_t ns, std::span<const kv::BatchGetItem> items, uint64_t max_object_bytes) {
+  if (!impl_->direct_channel_up()) return std::nullopt;
+  std::vector<std::pair<const std::byte*, const std::byte*>> ranges;
+  ranges.reserve(items.size());
+  for (const auto& it : items) {
+    if (it.out.size() < max_object_bytes) return std::nullopt;
+    ranges.emplace_back(it.out.data(), it.out.data() + it.out.size());
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    if (ranges[i].first < ranges[i - 1].second) {
+      return Result<std::vector<kv::GetResult>>(
+          Status::invalid_argument("batch_get: output buffers overlap"));
+    }
+  }
+  std::vector<kv::GetResult> results;
+  results.reserve(items.size());
+  for (const auto& it : items) {
+    auto r = get(ns, it.key, it.out);
+    if (!r.ok()) return Result<std::vector<kv::GetResult>>(r.status());
+    results.push_back(*r);
+  }
+  return Result<std::vector<kv::GetResult>>(std::move(results));
 }
 
 Result<kv::MatchResult> RemoteStore::match_prefix(uint16_t ns, std::span<const kv::Key128> keys) {

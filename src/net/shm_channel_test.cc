@@ -324,6 +324,55 @@ TEST(DirectChannel, DiskHitsComeThroughTheClientsArea) {
   EXPECT_TRUE(wait_for([&] { return server->store().local_stats().ram_leased == 0; }));
 }
 
+TEST(DirectChannel, BatchGetsGoBlockByBlockOverTheChannelWhenNoneCanBeRefused) {
+  auto server = start_server(arena_store(16, false));
+  ASSERT_TRUE(server);
+  auto c = connect(server->port());
+  auto ns = c->register_namespace(channel_namespace());
+  ASSERT_TRUE(ns.ok());
+  constexpr size_t kBlocks = 6;
+  std::vector<AlignedBuffer> in, out;
+  std::vector<kv::Key128> keys;
+  std::vector<ByteView> views;
+  std::vector<kv::BatchGetItem> items;
+  for (size_t i = 0; i < kBlocks; ++i) {
+    keys.push_back(test_key(100 + i));
+    in.emplace_back(kObj);
+    out.emplace_back(kObj);
+    fill_payload(keys.back(), in.back().view());
+    views.push_back(in.back().view());
+  }
+  ASSERT_TRUE(c->batch_put(*ns, keys, views).ok());
+  for (size_t i = 0; i < kBlocks; ++i) items.push_back({keys[i], out[i].view()});
+  const uint64_t direct_before = c->client_stats().direct_gets;
+  auto got = c->batch_get(*ns, items);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  for (size_t i = 0; i < kBlocks; ++i) {
+    ASSERT_TRUE((*got)[i].hit) << i;
+    EXPECT_TRUE(payload_matches(keys[i], out[i].view())) << i;
+  }
+  // Block by block over the channel (a get finding it busy may take TCP).
+  EXPECT_GE(c->client_stats().direct_gets - direct_before, kBlocks - 1);
+  // Overlapping buffers: refused before anything is read.
+  AlignedBuffer both(2 * kObj);
+  std::vector<kv::BatchGetItem> overlap = {{keys[0], both.view()},
+                                           {keys[1], both.subview(kObj / 2, kObj)}};
+  auto bad = c->batch_get(*ns, overlap);
+  EXPECT_FALSE(bad.ok());
+  // Buffers smaller than the server's largest object: one TCP batch, so a
+  // buffer too small for its block is refused before any other is written.
+  const uint64_t direct_mid = c->client_stats().direct_gets;
+  std::vector<AlignedBuffer> small;
+  std::vector<kv::BatchGetItem> small_items;
+  for (size_t i = 0; i < 2; ++i) {
+    small.emplace_back(kObj - 4096);
+    small_items.push_back({keys[i], small.back().view()});
+  }
+  auto refused = c->batch_get(*ns, small_items);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_EQ(c->client_stats().direct_gets, direct_mid);
+}
+
 TEST(DirectChannel, AServerWithoutASharedArenaStillServesTheChannel) {
   kv::StoreOptions o;
   o.ram_bytes = 16 * kObj;

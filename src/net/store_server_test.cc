@@ -541,7 +541,10 @@ TEST(StoreServer, LargeRequestsAreSplitToTheServerLimitsAndPipelined) {
   cfg.max_match_keys = 16;
   auto server = start_server(cfg, small_store(128));
   ASSERT_TRUE(server);
-  auto client = connect(client_options(server->port()));
+  // TCP only: same-host batches would take the direct channel instead.
+  RemoteStoreOptions tcp = client_options(server->port());
+  tcp.shared_memory = false;
+  auto client = connect(tcp);
   EXPECT_EQ(client->server_limits().max_data_bytes, 4 * kObj);
   uint16_t ns = *client->register_namespace(test_namespace());
   constexpr int kN = 40;
