@@ -15,7 +15,7 @@ run_fuzzer() {
   local out=build-fuzz
   local work="$out/corpus-$tag"
   mkdir -p "$out/artifacts-$tag" "$work"
-  "${CXX:-clang++}" -std=c++20 -g -O1 -fno-omit-frame-pointer -I "$root/src" \
+  "${CXX:-clang++}" -std=c++20 -g -O1 -fno-omit-frame-pointer -I "$root/src" -I "$root/include" \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all "$@" -o "$out/$binary"
   cp -n "fuzz/corpus/$corpus"/* "$work/" 2>/dev/null || true
   "$out/$binary" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \

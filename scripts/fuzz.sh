@@ -45,7 +45,7 @@ if ! echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned 
 fi
 
 mkdir -p "$out/obj"
-common_flags=(-std=c++20 -g -O1 -fno-omit-frame-pointer -I "$root/src"
+common_flags=(-std=c++20 -g -O1 -fno-omit-frame-pointer -I "$root/src" -I "$root/include"
               -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL
               -fsanitize=address,undefined -fno-sanitize-recover=all)
 
