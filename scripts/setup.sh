@@ -18,6 +18,8 @@ PACKAGES=(
   # The exposition format is checked by a real Prometheus server.
   prometheus
   ccache
+  # An optimized BLAS for PyTorch (Debian's default alternative is the reference BLAS).
+  libopenblas0-pthread
 )
 # libFuzzer's runtime (clang -fsanitize=fuzzer) ships in a versioned package.
 FUZZ_RUNTIME=libclang-rt-14-dev

@@ -16,18 +16,13 @@ ratio is printed under a key ending in ``_ratio``.
 
 import argparse
 import json
-import os
-import re
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
 
 import kvtier
+from kvtier._service import StoreService, find_kvtier_bin
 
 GET_BAR = 0.9
 MATCH_BAR = 1.2
@@ -35,43 +30,6 @@ MATCH_BAR = 1.2
 
 def log(msg):
     print(f"kvtier bench python: {msg}", file=sys.stderr, flush=True)
-
-
-def find_kvtier_bin(given):
-    for cand in (given, os.environ.get("KVTIER_BIN"), shutil.which("kvtier")):
-        if cand and os.access(cand, os.X_OK):
-            return cand
-    return None
-
-
-class Service:
-    """A `kvtier store serve` on loopback for the service measurements."""
-
-    def __init__(self, kvtier_bin, ram_bytes, max_object="1.5MiB"):
-        self.dir = tempfile.mkdtemp(prefix="kvtier-bench-python-")
-        cfg = os.path.join(self.dir, "store.json")
-        with open(cfg, "w") as f:
-            json.dump({"listen": {"address": "127.0.0.1", "port": 0},
-                       "metrics": {"address": "127.0.0.1", "port": 0},
-                       "store": {"ram_bytes": ram_bytes, "max_object_bytes": max_object}}, f)
-        self.log = os.path.join(self.dir, "store.log")
-        self.proc = subprocess.Popen([kvtier_bin, "store", "serve", "--config", cfg],
-                                     stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            m = re.search(r"listening on 127\.0\.0\.1:(\d+)", open(self.log).read())
-            if m:
-                self.port = int(m.group(1))
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.02)
-        raise RuntimeError("store service did not start: " + open(self.log).read())
-
-    def close(self):
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=30)
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def python_get_rate(store, ns, keys, bufs, seconds):
@@ -190,13 +148,13 @@ def main(argv=None):
             ap.error("no kvtier binary to serve the store (give --kvtier-bin, or --no-service)")
         services = []
         try:
-            services.append(Service(kvtier_bin, ram))
+            services.append(StoreService(kvtier_bin, ram))
             uri = f"kvtier://127.0.0.1:{services[0].port}"
             log(f"store service on 127.0.0.1:{services[0].port}")
             result.update(measure_get("tcp", uri + "?shared_memory=0", args))
             result.update(measure_get("direct", uri, args))
             # Objects of 4 KiB, so that a chain of --match-keys fits in RAM.
-            services.append(Service(kvtier_bin, small_ram, "4KiB"))
+            services.append(StoreService(kvtier_bin, small_ram, "4KiB"))
             uri = f"kvtier://127.0.0.1:{services[1].port}"
             result.update(measure_match("direct", uri, args))
             result.update(measure_match("tcp", uri + "?shared_memory=0", args))

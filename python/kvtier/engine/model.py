@@ -153,8 +153,8 @@ class Transformer:
         blocks = torch.tensor(block_table[: (end + bt - 1) // bt], dtype=torch.long)
         x = self.embed[tokens]
         group = cfg.heads // cfg.kv_heads
-        # Causal mask of the new tokens over all end positions.
-        mask = torch.ones(n, end, dtype=torch.bool).tril(diagonal=start)
+        # Causal mask of the new tokens over each other: True = a later position.
+        future = torch.ones(n, n, dtype=torch.bool).triu(diagonal=1)
         for i, L in enumerate(self.layers):
             hn = _rms_norm(x, L["attn_norm"], cfg.norm_eps)
             q = (hn @ L["wq"].T).view(n, cfg.heads, cfg.head_dim)
@@ -173,14 +173,20 @@ class Transformer:
                 save_hook(i)
             # Gather every position's K/V (cached prefix + new) in order.
             all_slots = blocks[torch.arange(end) // bt] * bt + torch.arange(end) % bt
-            kk = kc[all_slots].float()  # [end, kv_heads, head_dim]
-            vv = vc[all_slots].float()
-            kk = kk.repeat_interleave(group, dim=1)  # [end, heads, head_dim]
-            vv = vv.repeat_interleave(group, dim=1)
-            scores = torch.einsum("nhd,thd->hnt", q.float(), kk) / math.sqrt(cfg.head_dim)
-            scores = scores.masked_fill(~mask[None], float("-inf"))
-            att = torch.softmax(scores, dim=-1)
-            o = torch.einsum("hnt,thd->nhd", att, vv).reshape(n, -1).to(x.dtype)
+            kk = kc[all_slots].float().permute(1, 2, 0)  # [kv_heads, head_dim, end]
+            vv = vc[all_slots].float().permute(1, 0, 2)  # [kv_heads, end, head_dim]
+            # Grouped-query attention: the `group` query heads of one KV head
+            # form one batch of group * n rows against that head's keys.
+            qg = (q.float() * (1.0 / math.sqrt(cfg.head_dim))).view(
+                n, cfg.kv_heads, group, cfg.head_dim).permute(1, 2, 0, 3)
+            scores = torch.matmul(qg.reshape(cfg.kv_heads, group * n, cfg.head_dim), kk)
+            scores = scores.view(cfg.kv_heads, group, n, end)
+            # Keys before `start` are visible to every new token; only the
+            # new tokens' own square needs the causal mask.
+            scores[..., start:].masked_fill_(future, float("-inf"))
+            att = torch.softmax(scores, dim=-1).view(cfg.kv_heads, group * n, end)
+            o = torch.matmul(att, vv).view(cfg.kv_heads, group, n, cfg.head_dim)
+            o = o.permute(2, 0, 1, 3).reshape(n, -1).to(x.dtype)
             x = x + o @ L["wo"].T
             hn = _rms_norm(x, L["mlp_norm"], cfg.norm_eps)
             gate = torch.nn.functional.silu(hn @ L["w_gate"].T)
