@@ -37,6 +37,7 @@ class StoreService:
             self.config["store"]["region_bytes"] = region_bytes
         self.log = os.path.join(self.dir, "store.log")
         self.port = 0
+        self.metrics_port = 0
         self.proc = None
         self.start()
 
@@ -51,10 +52,13 @@ class StoreService:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             with open(self.log) as f:
-                found = re.findall(r"listening on 127\.0\.0\.1:(\d+)", f.read())
+                found = re.findall(r"listening on 127\.0\.0\.1:(\d+), metrics on "
+                                   r"http://127\.0\.0\.1:(\d+)", f.read())
             if found:
-                self.port = int(found[-1])
+                # Restarts reuse the ports, so clients reconnect to the same address.
+                self.port, self.metrics_port = (int(x) for x in found[-1])
                 self.config["listen"]["port"] = self.port
+                self.config["metrics"]["port"] = self.metrics_port
                 return
             if self.proc.poll() is not None:
                 break
@@ -65,11 +69,16 @@ class StoreService:
     def address(self):
         return f"127.0.0.1:{self.port}"
 
+    def uri(self, **options):
+        query = "&".join(f"{k}={v}" for k, v in options.items())
+        return f"kvtier://{self.address}" + (f"?{query}" if query else "")
+
     def kill9(self):
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(timeout=30)
 
-    def close(self):
+    def stop(self):
+        """SIGTERM (a graceful stop); the folder stays, start() serves again."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -77,5 +86,8 @@ class StoreService:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+    def close(self):
+        self.stop()
         if self.own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)

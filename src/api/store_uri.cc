@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <fstream>
+#include <mutex>
 
 #include "blk/uring_device.h"
+#include "common/log.h"
 #include "kv/store.h"
 #include "kvtier/kv_store.h"
 #include "net/cluster_store.h"
@@ -412,6 +414,10 @@ Result<StoreUri> parse_store_uri(std::string_view uri) {
 namespace kvtier {
 
 Result<std::unique_ptr<KvStore>> open_store(std::string_view uri_text) {
+  // A library logs warnings and errors to stderr only (KVTIER_LOG=info or
+  // debug for more), never to the caller's stdout.
+  static std::once_flag logging_once;
+  std::call_once(logging_once, init_logging);
   auto uri = api::parse_store_uri(uri_text);
   if (!uri.ok()) return uri.status();
   switch (uri->scheme) {
