@@ -18,9 +18,10 @@ session's turns (its reuse distance).
 Workloads: the built-in agentic sessions (a system prompt shared by every
 session, then the session's task; the prompt grows by an answer and a tool
 output every turn), or ``--trace agent:DIR``: the
-kv-cache-tester sessions, whose 64-token hash-id blocks become token ids
+kv-cache-tester sessions, whose 64-token hash-id blocks become
+--trace-block-tokens token ids each (4 by default: prompts at 1/16 scale),
 drawn from a generator seeded by (session, hash id), so prompts share
-prefixes exactly as in the trace (truncated to --trace-max-tokens).
+prefixes exactly as in the trace (cut at --trace-max-tokens).
 """
 
 import argparse
@@ -82,16 +83,21 @@ def trace_sessions(spec, args, vocab):
             if r.get("type") not in ("n", "s") or not ids or "in" not in r:
                 skipped += 1
                 continue
+            # Each trace block (of `bs` tokens) becomes --trace-block-tokens
+            # tokens: the whole chain at a fixed scale, shared exactly as in
+            # the trace, instead of only its first few thousand tokens.
+            per = args.trace_block_tokens
             tokens = []
-            for h in ids[: max(1, args.trace_max_tokens // bs)]:
+            for h in ids[: max(1, args.trace_max_tokens // per)]:
                 rng = random.Random(f"{doc.get('id', f)}:{h}")
-                tokens.extend(rng.randrange(vocab) for _ in range(bs))
+                tokens.extend(rng.randrange(vocab) for _ in range(per))
             turns.append(tokens)
             if len(turns) >= args.turns:
                 break
         if turns:
             sessions.append(turns)
-    log(f"trace {path}: {len(sessions)} sessions, {sum(map(len, sessions))} requests "
+    log(f"trace {path}: {len(sessions)} sessions, {sum(map(len, sessions))} requests, each "
+        f"trace block of {bs} tokens as {args.trace_block_tokens} "
         f"({skipped} records skipped: sub-agent markers or missing fields)")
     return sessions
 
@@ -207,7 +213,10 @@ def main(argv=None):
     ap.add_argument("--cases", default="A,B,C,D")
     ap.add_argument("--trace", help="agent:DIR (kv-cache-tester sessions) instead of the built-in")
     ap.add_argument("--trace-sessions", type=int, default=3)
-    ap.add_argument("--trace-max-tokens", type=int, default=6000)
+    ap.add_argument("--trace-max-tokens", type=int, default=6144,
+                    help="prompts are cut to this many (scaled) tokens (default 6144)")
+    ap.add_argument("--trace-block-tokens", type=int, default=4,
+                    help="tokens per trace block of 64 (default 4: prompts at 1/16 scale)")
     ap.add_argument("--sessions", type=int, default=3)
     ap.add_argument("--turns", type=int, default=4)
     ap.add_argument("--first-tokens", type=int, default=4096)
