@@ -42,7 +42,8 @@ typedef enum kvtier_error {
   KVTIER_ERR_TIMEOUT = 8,
   KVTIER_ERR_UNAVAILABLE = 9,
   KVTIER_ERR_FAILED_PRECONDITION = 10,
-  KVTIER_ERR_INTERNAL = 11
+  KVTIER_ERR_INTERNAL = 11,
+  KVTIER_ERR_PERMISSION_DENIED = 12
 } kvtier_error;
 
 typedef enum kvtier_tier {

@@ -25,6 +25,7 @@ enum class StatusCode : int {
   kUnavailable,      // a component is shut down or not reachable
   kFailedPrecondition,
   kInternal,
+  kPermissionDenied,  // the caller is not allowed to do this (credentials, policy)
 };
 
 std::string_view status_code_name(StatusCode code);
@@ -48,6 +49,9 @@ class [[nodiscard]] Status {
   static Status unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
   static Status failed_precondition(std::string m) {
     return {StatusCode::kFailedPrecondition, std::move(m)};
+  }
+  static Status permission_denied(std::string m) {
+    return {StatusCode::kPermissionDenied, std::move(m)};
   }
   static Status internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 

@@ -7,6 +7,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import urllib.parse
 import urllib.request
 
@@ -42,14 +43,17 @@ def blockd(scratch):
         json.dump({"format": "kvtier-blockd-config", "version": 3,
                    "volumes": [{"name": "m0", "kind": "mem", "size_bytes": 16 << 20}],
                    "exports": []}, f)
-    p = subprocess.Popen([os.environ["KVTIER_BLOCKD_BIN"], "--config", cfg, "--listen",
-                          "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True)
+    # The management socket in a short folder (sun_path holds 108 bytes).
+    sock_dir = tempfile.mkdtemp(prefix="kvtier-blockd-")
+    p = subprocess.Popen([os.environ["KVTIER_BLOCKD_BIN"], "--config", cfg, "--socket",
+                          os.path.join(sock_dir, "blockd.sock")], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True)
     line = p.stdout.readline()  # "listening grpc N metrics M"
     assert line.startswith("listening"), line
     yield int(line.split()[-1])
     p.terminate()
     p.wait(timeout=30)
+    shutil.rmtree(sock_dir, ignore_errors=True)
 
 
 @pytest.mark.skipif(not os.path.exists(PROMETHEUS), reason="prometheus is not installed")

@@ -94,7 +94,7 @@ const char* kvtier_version(void) { return kvtier::library_version(); }
 const char* kvtier_last_error(void) { return g_last_error.c_str(); }
 
 const char* kvtier_error_name(int code) {
-  if (code < 0 || code > KVTIER_ERR_INTERNAL) return "unknown";
+  if (code < 0 || code > KVTIER_ERR_PERMISSION_DENIED) return "unknown";
   static thread_local std::string name;
   name = std::string(kvtier::status_code_name(static_cast<kvtier::StatusCode>(code)));
   return name.c_str();

@@ -1,6 +1,7 @@
 #include "blk/raid_array.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <time.h>
 
 #include <algorithm>
@@ -138,6 +139,10 @@ Result<RaidArray::Geometry> RaidArray::plan_geometry(
     return Status::invalid_argument(fmt::format("{}: strip {} is not a non-zero multiple of {}",
                                                 lvl, o.strip_bytes, g.block_size));
   }
+  if (o.strip_bytes > kRaidMaxStripBytes) {
+    return Status::invalid_argument(
+        fmt::format("{}: strip {} is larger than {}", lvl, o.strip_bytes, kRaidMaxStripBytes));
+  }
   g.strip = o.strip_bytes;
   const uint64_t rows_guess = min_cap / g.strip;
   g.rows_per_bit = std::max<uint64_t>({1, (kMinBytesPerBit + g.strip - 1) / g.strip,
@@ -209,13 +214,21 @@ Result<std::unique_ptr<RaidArray>> RaidArray::assemble(
     }
     if (s.level != ref.level || s.member_count != ref.member_count ||
         s.strip_bytes != ref.strip_bytes || s.rows != ref.rows ||
-        s.data_offset != ref.data_offset) {
+        s.data_offset != ref.data_offset || s.block_size != ref.block_size ||
+        s.copies != ref.copies || s.bitmap_offset != ref.bitmap_offset ||
+        s.bitmap_area_bytes != ref.bitmap_area_bytes || s.rows_per_bit != ref.rows_per_bit) {
       return Status::corruption(
           fmt::format("raid assemble: {} disagrees on the geometry", devices[i]->name()));
     }
     if (slots[s.member_index]) {
       return Status::invalid_argument(
           fmt::format("raid assemble: two devices claim slot {}", s.member_index));
+    }
+    if (ref.block_size % devices[i]->block_size() != 0 ||
+        ref.block_size % devices[i]->buffer_alignment() != 0) {
+      return Status::invalid_argument(
+          fmt::format("raid assemble: {} has blocks of {} bytes; the array's are {}",
+                      devices[i]->name(), devices[i]->block_size(), ref.block_size));
     }
     if (devices[i]->capacity() < ref.data_offset + ref.rows * ref.strip_bytes) {
       return Status::invalid_argument(
@@ -266,28 +279,48 @@ Result<std::unique_ptr<RaidArray>> RaidArray::assemble(
     for (size_t b = 0; b < dirty.size(); ++b) dirty[b] |= (*bits)[b];
   }
   if (!any_bitmap) std::fill(dirty.begin(), dirty.end(), 0xff);
+  if (nbits % 8 != 0) dirty.back() &= static_cast<uint8_t>((1u << (nbits % 8)) - 1);  // no padding
+  // The marks are the array's from here: any early return below leaves them
+  // on the members (keep_dirty_), never an array marked clean by mistake.
+  const bool any_dirty = std::any_of(dirty.begin(), dirty.end(), [](uint8_t x) { return x; });
+  {
+    std::lock_guard lk(a->bitmap_mu_);
+    a->bits_ = dirty;
+    a->keep_dirty_ = any_dirty;
+  }
+  if (any_dirty && a->is_parity() && a->state_locked() == ArrayState::kDegraded &&
+      !runtime.force_dirty_degraded) {
+    return Status::failed_precondition(fmt::format(
+        "raid assemble: '{}' is degraded and has rows that were being written when it stopped; "
+        "their parity cannot be trusted (the write hole). Replace the missing member and "
+        "assemble with force, or restore the data from elsewhere",
+        ref.name));
+  }
   KVTIER_RETURN_IF_ERROR(a->write_superblocks(false));
   if (runtime.resync && a->state_locked() != ArrayState::kFailed) {
     uint64_t resynced = 0;
+    bool all = true;
     for (uint64_t b = 0; b < nbits; ++b) {
       if (!((dirty[b / 8] >> (b % 8)) & 1)) continue;
       const uint64_t r0 = b * g.rows_per_bit;
       const uint64_t r1 = std::min(g.rows, r0 + g.rows_per_bit);
-      KVTIER_RETURN_IF_ERROR(a->resync_rows(r0, r1));
+      bool complete = true;
+      KVTIER_RETURN_IF_ERROR(a->resync_rows(r0, r1, &complete));
+      if (!complete) {
+        all = false;
+        continue;
+      }
       resynced += r1 - r0;
+      std::lock_guard lk(a->bitmap_mu_);
+      a->bits_[b / 8] &= static_cast<uint8_t>(~(1u << (b % 8)));
     }
     a->resynced_rows_ = resynced;
     KVTIER_RETURN_IF_ERROR(a->flush_members());
-    KVTIER_RETURN_IF_ERROR(a->write_bitmap_now());
-  } else {
-    // Keep the dirty marks for a later assembly that does resync.
-    std::lock_guard lk(a->bitmap_mu_);
-    for (uint64_t b = 0; b < nbits; ++b) {
-      if ((dirty[b / 8] >> (b % 8)) & 1) {
-        a->bits_[b / 8] |= static_cast<uint8_t>(1u << (b % 8));
-        a->keep_dirty_ = true;
-      }
+    {
+      std::lock_guard lk(a->bitmap_mu_);
+      a->keep_dirty_ = !all;
     }
+    KVTIER_RETURN_IF_ERROR(a->write_bitmap_now());
   }
   return a;
 }
@@ -1070,7 +1103,7 @@ Status RaidArray::write_mirror(View& v, uint64_t offset, ByteView src) {
 
 // ---------------------------------------------------------------- resync, rebuild, scrub
 
-Status RaidArray::resync_rows(uint64_t r0, uint64_t r1) {
+Status RaidArray::resync_rows(uint64_t r0, uint64_t r1, bool* complete) {
   View v = snapshot();
   const uint64_t len = strip_;
   for (uint64_t row = r0; row < r1; ++row) {
@@ -1079,7 +1112,10 @@ Status RaidArray::resync_rows(uint64_t r0, uint64_t r1) {
       bool data_ok = true;
       for (size_t d = 0; d < k; ++d) data_ok &= v.usable(member_of(row, d), row);
       // Degraded and dirty: the write hole; nothing trustworthy to recompute from.
-      if (!data_ok) continue;
+      if (!data_ok) {
+        *complete = false;
+        continue;
+      }
       AlignedBuffer buf(len * n_, std::max<uint32_t>(buffer_alignment_, 64));
       std::vector<std::byte*> shard(n_);
       std::vector<MemberIo> reads;
@@ -1095,7 +1131,12 @@ Status RaidArray::resync_rows(uint64_t r0, uint64_t r1) {
           writes.push_back({member_of(row, sh), true, row * strip_, shard[sh], len, {}});
         }
       }
-      run_batch(v, writes);
+      if (!run_batch(v, writes)) {
+        // The member that failed the write is out of the array now; the
+        // row keeps its bit, so the next assembly tries again.
+        spdlog::warn("{}: resync write of row {} failed; the row stays marked dirty", name_, row);
+        *complete = false;
+      }
     } else {
       const uint64_t c = geo_.copies;
       AlignedBuffer buf(len, std::max<uint32_t>(buffer_alignment_, 64));
@@ -1104,7 +1145,10 @@ Status RaidArray::resync_rows(uint64_t r0, uint64_t r1) {
         for (uint64_t t = 0; t < c && src == n_; ++t) {
           if (v.usable(g * c + t, row)) src = g * c + t;
         }
-        if (src == n_) continue;
+        if (src == n_) {
+          *complete = false;
+          continue;
+        }
         std::vector<MemberIo> rd{{src, false, row * strip_, buf.data(), len, {}}};
         if (!run_batch(v, rd)) return Status::io_error(name_ + ": resync read failed");
         std::vector<MemberIo> writes;
@@ -1114,7 +1158,12 @@ Status RaidArray::resync_rows(uint64_t r0, uint64_t r1) {
             writes.push_back({mem, true, row * strip_, buf.data(), len, {}});
           }
         }
-        run_batch(v, writes);
+        if (!run_batch(v, writes)) {
+          // The member that failed the write is out of the array now; the
+          // row keeps its bit, so the next assembly tries again.
+          spdlog::warn("{}: resync write of row {} failed; the row stays marked dirty", name_, row);
+          *complete = false;
+        }
       }
     }
   }

@@ -68,6 +68,10 @@ struct RaidRuntimeOptions {
   // Recompute the redundancy of rows marked in the write-intent bitmap at
   // assembly (off only for tests that want to see the damage).
   bool resync = true;
+  // A parity array that comes back degraded with dirty rows (a crash during
+  // writes, then a member lost: the write hole) has rows whose parity cannot
+  // be recomputed. Refused unless forced; forced, those rows stay dirty.
+  bool force_dirty_degraded = false;
 };
 
 enum class ArrayState { kOnline, kDegraded, kFailed };
@@ -208,7 +212,10 @@ class RaidArray : public BlockDevice {
   Status write_mirror(View& v, uint64_t offset, ByteView src);
   // Recomputes the redundancy of rows [r0, r1) (parity from data, mirrors from
   // the first usable copy). Caller holds the row locks.
-  Status resync_rows(uint64_t r0, uint64_t r1);
+  // Recomputes the redundancy of rows [r0, r1); `complete` is false when a
+  // row had nothing trustworthy to recompute from (its bit must stay set).
+  // A write error is returned, never ignored.
+  Status resync_rows(uint64_t r0, uint64_t r1, bool* complete);
   // Writes member `target`'s bytes of rows [r0, r1) from the others.
   Status rebuild_rows(size_t target, uint64_t r0, uint64_t r1);
   void rebuild_loop(size_t target);

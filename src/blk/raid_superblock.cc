@@ -169,6 +169,26 @@ Result<RaidSuperblock> RaidSuperblock::decode(ByteView in) {
   if (sb.level != 1 && sb.level != 5 && sb.level != 6 && sb.level != 10) {
     return Status::corruption(fmt::format("raid superblock: unknown level {}", sb.level));
   }
+  const bool pow2 = (sb.block_size & (sb.block_size - 1)) == 0;
+  if (!pow2 || sb.block_size < kRaidMinBlockBytes || sb.block_size > kRaidMaxBlockBytes ||
+      sb.strip_bytes > kRaidMaxStripBytes || bits > kRaidMaxBitmapBits ||
+      sb.bitmap_area_bytes > kRaidMaxBitmapAreaBytes || sb.rows > kRaidMaxRows ||
+      sb.data_offset % sb.block_size != 0) {
+    return Status::corruption(fmt::format(
+        "raid superblock: geometry beyond kvtier's caps (block {}, strip {}, {} bitmap bits, "
+        "bitmap area {}, {} rows)",
+        sb.block_size, sb.strip_bytes, bits, sb.bitmap_area_bytes, sb.rows));
+  }
+  // Members per level, as create() requires them.
+  const uint32_t n = sb.member_count;
+  const bool members_ok =
+      (sb.level == 1 && n >= 2 && sb.copies == n) || (sb.level == 5 && n >= 3) ||
+      (sb.level == 6 && n >= 4) ||
+      (sb.level == 10 && sb.copies >= 2 && n % sb.copies == 0 && n >= 2 * sb.copies);
+  if (!members_ok) {
+    return Status::corruption(
+        fmt::format("raid superblock: {} members ({} copies) for raid{}", n, sb.copies, sb.level));
+  }
   return sb;
 }
 

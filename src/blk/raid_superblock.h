@@ -26,6 +26,16 @@ inline constexpr uint32_t kRaidSuperblockBytes = 4096;
 inline constexpr uint32_t kRaidSuperblockVersion = 1;
 inline constexpr size_t kRaidMaxMembers = 64;
 inline constexpr size_t kRaidNameBytes = 64;
+// Geometry caps. Assembly sizes allocations from a superblock read off a
+// device, which anyone with write access to a member can craft: every size
+// it implies is bounded here, so a hostile member is refused, never a
+// gigabyte allocation or a crash at every start.
+inline constexpr uint32_t kRaidMinBlockBytes = 512;
+inline constexpr uint32_t kRaidMaxBlockBytes = 4096;
+inline constexpr uint64_t kRaidMaxStripBytes = 64ull << 20;
+inline constexpr uint64_t kRaidMaxBitmapBits = 64 * 1024 * 8;  // a 64 KiB bitmap
+inline constexpr uint64_t kRaidMaxBitmapAreaBytes = 128 << 10;
+inline constexpr uint64_t kRaidMaxRows = 1ull << 40;
 
 enum class MemberState : uint8_t {
   kActive = 0,      // holds current data

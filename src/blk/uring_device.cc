@@ -37,12 +37,14 @@ std::string errno_text(int err) { return std::strerror(err); }
 Result<std::unique_ptr<UringDevice>> UringDevice::open(const UringOptions& options) {
   std::unique_ptr<UringDevice> dev(new UringDevice());
   Status st = dev->init(options);
+  if (!st.ok() && options.adopt_fd >= 0 && dev->fd_ != options.adopt_fd) ::close(options.adopt_fd);
   if (!st.ok()) return st;
   return dev;
 }
 
 Status UringDevice::init(const UringOptions& o) {
   if (o.path.empty()) return Status::invalid_argument("uring: empty path");
+  if (o.adopt_fd >= 0) fd_ = o.adopt_fd;  // owned from here: the destructor closes it
   if (o.queue_depth == 0 || o.queue_depth > kMaxQueueDepth) {
     return Status::invalid_argument(fmt::format("uring:{}: queue_depth {} not in [1, {}]", o.path,
                                                 o.queue_depth, kMaxQueueDepth));
@@ -53,7 +55,8 @@ Status UringDevice::init(const UringOptions& o) {
   int flags = O_RDWR | O_CLOEXEC;
   if (o.direct) flags |= O_DIRECT;
   if (o.create_size > 0) flags |= O_CREAT;
-  fd_ = ::open(o.path.c_str(), flags, 0644);
+  // Volumes hold other people's KV data: created readable by the owner only.
+  if (fd_ < 0) fd_ = ::open(o.path.c_str(), flags, 0600);
   if (fd_ < 0) {
     const int err = errno;
     if (err == EINVAL && o.direct) {

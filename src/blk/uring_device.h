@@ -45,6 +45,11 @@ struct UringOptions {
   // Register the fd with the ring (IOSQE_FIXED_FILE) to save a file-table
   // lookup per request; falls back to the plain fd if registration fails.
   bool register_file = true;
+  // An already open descriptor to use instead of opening `path` (which then
+  // only names the device). The device owns it from then on, even on error.
+  // Callers that must not follow symbolic links or leave a directory open
+  // the file themselves (blockd/volume_paths.h) and hand it over here.
+  int adopt_fd = -1;
 };
 
 class UringDevice : public BlockDevice {

@@ -53,10 +53,11 @@ std::string prom_escape(const std::string& s) {
 }  // namespace
 
 Result<std::unique_ptr<BlockDaemon>> BlockDaemon::open(const std::string& config_path,
+                                                       VolumePaths paths,
                                                        blk::HealthOptions health) {
   auto cfg = load_config(config_path);
   if (!cfg.ok()) return cfg.status();
-  std::unique_ptr<BlockDaemon> d(new BlockDaemon(config_path, health));
+  std::unique_ptr<BlockDaemon> d(new BlockDaemon(config_path, std::move(paths), health));
   std::lock_guard lk(d->mu_);
   for (const auto& v : cfg->volumes) d->add_restored_locked(v);
   for (const auto& e : cfg->exports) {
@@ -113,8 +114,11 @@ Status BlockDaemon::instantiate_locked(const VolumeConfig& cfg, bool format) {
   v->cfg = cfg;
   std::shared_ptr<blk::BlockDevice> base;
   if (cfg.kind == "file") {
+    auto file = paths_.open(cfg.path, cfg.size_bytes, !cfg.buffered);
+    if (!file.ok()) return file.status();
     blk::UringOptions o;
     o.path = cfg.path;
+    o.adopt_fd = file->fd;
     o.create_size = cfg.size_bytes;
     o.direct = !cfg.buffered;
     auto d = blk::UringDevice::open(o);
@@ -608,6 +612,7 @@ Status BlockDaemon::start_export_locked(ExportConfig cfg) {
     return Status::already_exists(
         fmt::format("'{}' is already exported as '{}'", cfg.volume, (*v)->exported_as));
   }
+  KVTIER_RETURN_IF_ERROR(paths_.check_export(cfg.address, cfg.allow_any_host));
   auto e = std::make_unique<Export>();
   // Errors of remote hosts must not fail the volume: count only.
   blk::HealthOptions ho;

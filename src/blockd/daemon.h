@@ -25,6 +25,7 @@
 #include "blk/raid_array.h"
 #include "blockd.pb.h"
 #include "blockd/config.h"
+#include "blockd/volume_paths.h"
 #include "common/status.h"
 #include "nvmf/host_device.h"
 #include "nvmf/target.h"
@@ -35,7 +36,10 @@ class BlockDaemon {
  public:
   // Loads `config_path` (missing = empty) and restores every volume in it.
   // `health` sets every volume's error thresholds (degraded, failed).
+  // File volumes and exports must fit `paths` (volume_paths.h), restored
+  // ones included: a restored volume outside it stays listed with its error.
   static Result<std::unique_ptr<BlockDaemon>> open(const std::string& config_path,
+                                                   VolumePaths paths,
                                                    blk::HealthOptions health = {});
   ~BlockDaemon();
 
@@ -84,8 +88,8 @@ class BlockDaemon {
     std::string error;  // set when the export could not be restored
   };
 
-  BlockDaemon(std::string config_path, blk::HealthOptions health)
-      : config_path_(std::move(config_path)), health_options_(health) {}
+  BlockDaemon(std::string config_path, VolumePaths paths, blk::HealthOptions health)
+      : config_path_(std::move(config_path)), paths_(std::move(paths)), health_options_(health) {}
   // Builds the device stack of `cfg` (format = false: assemble arrays).
   Status instantiate_locked(const VolumeConfig& cfg, bool format);
   void add_restored_locked(const VolumeConfig& cfg);
@@ -107,6 +111,7 @@ class BlockDaemon {
   Status check_not_exported_locked(const std::string& volume) const;
 
   const std::string config_path_;
+  const VolumePaths paths_;
   const blk::HealthOptions health_options_;
   mutable std::mutex mu_;
   std::vector<std::string> order_;  // creation order (the config's order)

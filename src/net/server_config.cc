@@ -244,11 +244,47 @@ Result<bool> is_loopback_address(const std::string& address) {
 Status ServerConfig::validate() const {
   auto loop = is_loopback_address(listen_address);
   if (!loop.ok()) return Status::invalid_argument("listen.address: " + loop.status().message());
-  if (!*loop && auth_token.empty()) {
+  if (!*loop && auth_token.empty() && tenants.empty()) {
     return Status::invalid_argument(fmt::format(
         "listen.address {} is not loopback: an auth_token is required (the protocol is not "
         "encrypted; expose it only on a trusted network, with a token)",
         listen_address));
+  }
+  if (!tenants.empty()) {
+    if (!auth_token.empty()) {
+      return Status::invalid_argument("give auth_token or tenants, not both");
+    }
+    std::set<std::string> names, tokens;
+    int arena_tenants = 0;
+    for (const auto& t : tenants) {
+      if (t.name.empty() || t.name.size() > 64 ||
+          t.name.find_first_not_of(
+              "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") !=
+              std::string::npos) {
+        return Status::invalid_argument(
+            fmt::format("tenant name '{}' must be 1 to 64 of [A-Za-z0-9_.-]", t.name));
+      }
+      if (!names.insert(t.name).second) {
+        return Status::invalid_argument(fmt::format("tenant '{}' is listed twice", t.name));
+      }
+      if (t.token.size() < 16 || t.token.size() > kMaxStringBytes) {
+        return Status::invalid_argument(
+            fmt::format("tenant '{}': token must be 16 to {} bytes", t.name, kMaxStringBytes));
+      }
+      if (!tokens.insert(t.token).second) {
+        return Status::invalid_argument(
+            fmt::format("tenant '{}': its token is another tenant's too", t.name));
+      }
+      if (t.max_connections == 0 || t.max_namespaces == 0) {
+        return Status::invalid_argument(
+            fmt::format("tenant '{}': max_connections and max_namespaces must be >= 1", t.name));
+      }
+      arena_tenants += t.share_ram_arena ? 1 : 0;
+    }
+    if (arena_tenants > 1) {
+      return Status::invalid_argument(
+          "at most one tenant may set share_ram_arena (the arena holds every tenant's blocks)");
+    }
   }
   if (auth_token.size() > kMaxStringBytes) {
     return Status::invalid_argument(
@@ -341,6 +377,39 @@ Result<ServerConfig> parse_server_config(std::string_view json_text) {
     if (s.empty()) return Status::invalid_argument("auth_token_file is empty");
     c.auth_token = std::move(s);
   }
+  if (const json* v = f.find("tenants")) {
+    if (!v->is_array()) return Status::invalid_argument("config key 'tenants' must be an array");
+    for (size_t i = 0; i < v->size(); ++i) {
+      const std::string where = fmt::format("tenants[{}]", i);
+      KVTIER_RETURN_IF_ERROR(require_object(&(*v)[i], where));
+      Fields t((*v)[i], where);
+      TenantConfig tc;
+      KVTIER_RETURN_IF_ERROR(t.get_string("name", 64, &tc.name));
+      KVTIER_RETURN_IF_ERROR(t.get_string("token", kMaxStringBytes, &tc.token));
+      std::string tf;
+      KVTIER_RETURN_IF_ERROR(t.get_string("token_file", 4096, &tf));
+      if (!tf.empty()) {
+        if (!tc.token.empty()) {
+          return Status::invalid_argument(where + ": give token or token_file, not both");
+        }
+        auto tok = read_file(tf, kMaxStringBytes + 2);
+        if (!tok.ok()) {
+          return Status::invalid_argument(where + ".token_file: " + tok.status().message());
+        }
+        tc.token = std::move(*tok);
+        while (!tc.token.empty() && (tc.token.back() == '\n' || tc.token.back() == '\r')) {
+          tc.token.pop_back();
+        }
+      }
+      KVTIER_RETURN_IF_ERROR(t.get_uint_as("max_connections", 1, 1u << 20, &tc.max_connections));
+      KVTIER_RETURN_IF_ERROR(t.get_uint_as("max_namespaces", 1, 65535, &tc.max_namespaces));
+      KVTIER_RETURN_IF_ERROR(
+          t.get_uint_as("max_pinned_blocks", 0, 1ull << 32, &tc.max_pinned_blocks));
+      KVTIER_RETURN_IF_ERROR(t.get_bool("share_ram_arena", &tc.share_ram_arena));
+      KVTIER_RETURN_IF_ERROR(t.finish());
+      c.tenants.push_back(std::move(tc));
+    }
+  }
   KVTIER_RETURN_IF_ERROR(f.get_uint_as("max_connections", 1, 1u << 20, &c.max_connections));
   uint64_t max_data = c.max_data_bytes;
   KVTIER_RETURN_IF_ERROR(f.get_size("max_data_bytes", 0, kMaxDataBytes, &max_data));
@@ -348,6 +417,8 @@ Result<ServerConfig> parse_server_config(std::string_view json_text) {
   KVTIER_RETURN_IF_ERROR(f.get_uint_as("max_batch", 1, kMaxBatch, &c.max_batch));
   KVTIER_RETURN_IF_ERROR(f.get_uint_as("max_match_keys", 1, kMaxMatchKeys, &c.max_match_keys));
   KVTIER_RETURN_IF_ERROR(f.get_uint_as("hello_timeout_ms", 1, 3600000, &c.hello_timeout_ms));
+  KVTIER_RETURN_IF_ERROR(f.get_uint_as("idle_timeout_ms", 1, 86400000, &c.idle_timeout_ms));
+  KVTIER_RETURN_IF_ERROR(f.get_uint_as("write_timeout_ms", 1, 3600000, &c.write_timeout_ms));
   KVTIER_RETURN_IF_ERROR(f.get_string("server_name", kMaxNameBytes, &c.server_name));
   KVTIER_RETURN_IF_ERROR(f.get_bool("shm_enabled", &c.shm_enabled));
   KVTIER_RETURN_IF_ERROR(

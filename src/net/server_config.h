@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 #include "kv/store.h"
@@ -36,6 +37,23 @@ struct StoreConfig {
   uint64_t disk_write_budget_bytes_per_sec = 0;  // 0: unlimited
 };
 
+// A tenant of a shared store (docs/security.md): it authenticates with its
+// own token, its namespaces are salted by the server with its name (so no
+// other tenant can name its blocks, even with identical model fields), and
+// it is held to quotas. Refusals are typed (out_of_space) and counted in
+// kvtier_server_tenant_refused_total{tenant,quota}.
+struct TenantConfig {
+  std::string name;   // [A-Za-z0-9_.-]{1,64}
+  std::string token;  // >= 16 bytes, unique among tenants
+  uint32_t max_connections = 64;
+  uint32_t max_namespaces = 64;       // namespaces registered at once
+  uint64_t max_pinned_blocks = 4096;  // blocks pinned at once, all its connections
+  // The shared RAM arena (reads straight from RAM over the direct channel)
+  // lets a client read every block in RAM: only for a tenant that opts in,
+  // and only one tenant may (the arena is the store's one RAM tier).
+  bool share_ram_arena = false;
+};
+
 struct ServerConfig {
   // Store protocol listener.
   std::string listen_address = "127.0.0.1";
@@ -48,6 +66,8 @@ struct ServerConfig {
   unsigned io_threads = 2;     // threads running the sockets
   unsigned store_threads = 4;  // threads running (possibly blocking) store calls
   std::string auth_token;      // empty: none (allowed on loopback only)
+  // Several tenants, each with its own token (then auth_token must be empty).
+  std::vector<TenantConfig> tenants;
   uint32_t max_connections = 256;
   // Per-frame limits the server enforces and announces in Hello. 0 for
   // max_data_bytes means "derived": max(16 objects, 4 MiB), capped at the
@@ -56,6 +76,11 @@ struct ServerConfig {
   uint32_t max_batch = 1024;
   uint32_t max_match_keys = 65536;
   uint32_t hello_timeout_ms = 5000;  // a connection must say Hello within this
+  // A connection with no request for this long is closed (its pins released).
+  uint32_t idle_timeout_ms = 600000;
+  // A response not fully written in this long (a client that stopped
+  // reading) closes the connection, releasing the RAM slot it leased.
+  uint32_t write_timeout_ms = 30000;
   std::string server_name = "kvtier";
   // Same-host shared-memory path (docs/store-service.md): offered to clients
   // that ask; each client's area is mapped only up to this size.

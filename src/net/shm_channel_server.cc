@@ -104,6 +104,7 @@ bool ShmChannelServer::handle(const Frame& f) {
         return reply_error(Status::invalid_argument(fmt::format(
             "match of {} keys exceeds the server's {}", req->keys.size(), ctx_.max_match_keys)));
       }
+      if (ctx_.map_keys) ctx_.map_keys(req->ns, req->keys);
       auto m = ctx_.store->match_prefix(req->ns, req->keys);
       return m.ok() ? reply(MatchPrefixResponse::from(*m)) : reply_error(m.status());
     }
@@ -122,9 +123,11 @@ bool ShmChannelServer::handle(const Frame& f) {
   return false;
 }
 
-Result<ShmLeaseGetResponse> ShmChannelServer::lease_get(const ShmLeaseGetRequest& req) {
-  for (uint32_t lease : req.release) release(lease);
-  KVTIER_RETURN_IF_ERROR(ctx_.check_ns(req.ns));
+Result<ShmLeaseGetResponse> ShmChannelServer::lease_get(const ShmLeaseGetRequest& request) {
+  for (uint32_t lease : request.release) release(lease);
+  KVTIER_RETURN_IF_ERROR(ctx_.check_ns(request.ns));
+  ShmLeaseGetRequest req = request;
+  if (ctx_.map_keys) ctx_.map_keys(req.ns, std::span<kv::Key128>(&req.key, 1));
   const uint32_t room = std::min(req.buffer_bytes, ctx_.max_object_bytes);
   auto range = ctx_.area->range(req.offset, room);
   if (!range || range->empty()) {

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -39,6 +40,9 @@ struct ShmChannelContext {
   std::string peer;          // for the log
   // The connection's namespace handle check.
   std::function<Status(uint16_t ns)> check_ns;
+  // Maps keys sent under `ns` to the store's keys (a tenant's key space;
+  // tenant_registry.h). Unset: keys as sent.
+  std::function<void(uint16_t ns, std::span<kv::Key128> keys)> map_keys;
   // Counts one served request of `type` that took `ns` nanoseconds.
   std::function<void(MessageType type, uint64_t ns)> count_request;
   // Counts block bytes moved (leased or copied into the area).

@@ -15,6 +15,7 @@
 #include <optional>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "common/clock.h"
 #include "common/crc32c.h"
@@ -22,6 +23,7 @@
 #include "net/remote_store.h"
 #include "net/shm_area.h"
 #include "net/shm_channel_server.h"
+#include "net/tenant_registry.h"
 
 namespace kvtier::net {
 
@@ -256,8 +258,8 @@ struct ServerMetrics {
                                "Shared-memory areas mapped for clients")),
         shm_refused(r.counter("kvtier_server_shm_refused_total",
                               "Shared-memory areas refused (bad nonce, size or seals)")) {
-    for (const char* reason :
-         {"max_connections", "auth", "version", "no_hello", "hello_timeout", "stopping"}) {
+    for (const char* reason : {"max_connections", "auth", "version", "no_hello", "hello_timeout",
+                               "stopping", "idle_timeout", "write_timeout", "tenant_quota"}) {
       refused[reason] = &r.counter("kvtier_server_connections_refused_total",
                                    "Connections refused or closed before serving, by reason",
                                    fmt::format("reason=\"{}\"", reason));
@@ -299,6 +301,8 @@ struct ServerConnection {
   ServerConnection(tcp::socket s, uint64_t id_)
       : sock(std::move(s)),
         hello_timer(sock.get_executor()),
+        idle_timer(sock.get_executor()),
+        write_deadline(sock.get_executor()),
         write_timer(sock.get_executor()),
         id(id_),
         reader(kPreHelloLimits) {}
@@ -310,6 +314,26 @@ struct ServerConnection {
   bool hello_done = false;
   uint16_t version = kProtocolVersionMin;  // until Hello chose one
   std::vector<uint16_t> namespaces;        // store handles registered on this connection
+  // Multi-tenant servers: the tenant this connection authenticated as, and
+  // per handle above the salted namespace digest its keys are mapped with
+  // (tenant_registry.h). nullptr: a single-tenant server, keys as sent.
+  const TenantConfig* tenant = nullptr;
+  std::vector<kv::Key128> ns_digests;
+  // Blocks pinned through this connection: unpinned when it ends, so no pin
+  // outlives its client, and counted against the tenant's quota.
+  struct PinnedKey {
+    uint16_t ns;
+    kv::Key128 key;
+    friend bool operator==(const PinnedKey&, const PinnedKey&) = default;
+  };
+  struct PinnedKeyHash {
+    size_t operator()(const PinnedKey& p) const { return kv::Key128Hash{}(p.key) ^ p.ns; }
+  };
+  std::unordered_set<PinnedKey, PinnedKeyHash> pinned;
+  // Closes a connection that sends no request for idle_timeout_ms, or whose
+  // response is not written within write_timeout_ms.
+  asio::steady_timer idle_timer;
+  asio::steady_timer write_deadline;
   // A response is written while the next request is read and served (the
   // store's copy for one get overlaps the transfer of the one before), one
   // write at a time, in request order. Each request uses one of two buffer
@@ -362,6 +386,8 @@ struct ServerConnection {
   void close() {
     std::error_code ec;
     hello_timer.cancel();
+    idle_timer.cancel();
+    write_deadline.cancel();
     sock.shutdown(tcp::socket::shutdown_both, ec);
     sock.close(ec);
   }
@@ -383,6 +409,7 @@ struct StoreServer::Impl {
   ServerLimits limits;
   FrameLimits frame_limits;
   std::unique_ptr<ServerMetrics> m;
+  std::unique_ptr<TenantRegistry> tenants;
   mutable std::mutex mu;  // guards the fields below
   std::condition_variable cv;
   std::unordered_map<uint64_t, std::shared_ptr<ServerConnection>> conns;
@@ -530,6 +557,16 @@ struct StoreServer::Impl {
     }
     c.writing = true;
     c.write_set = c.cur;
+    // A client that stops reading must not keep its RAM slot leased: past
+    // the deadline the socket is closed, the write fails, the lease goes.
+    c.write_deadline.expires_after(std::chrono::milliseconds(cfg.write_timeout_ms));
+    c.write_deadline.async_wait([this, &c](std::error_code ec) {
+      if (ec) return;  // cancelled: written in time (or the connection is gone)
+      m->refused.at("write_timeout")->add();
+      spdlog::warn("store server: {} did not read its response within {} ms; closing", c.peer,
+                   cfg.write_timeout_ms);
+      c.close();
+    });
     // The handler runs on the connection's strand; the connection outlives
     // it (serve() and refuse() wait for the last write before they end).
     asio::async_write(c.sock, set.gather, [this, &c, &set](std::error_code ec, size_t n) {
@@ -544,6 +581,7 @@ struct StoreServer::Impl {
         m->frames_out.add();
       }
       c.writing = false;
+      c.write_deadline.cancel();
       c.write_timer.cancel();
     });
     co_return true;
@@ -573,6 +611,40 @@ struct StoreServer::Impl {
         fmt::format("namespace handle {} was not registered on this connection", ns));
   }
 
+  // The store's key for a key a client sent under handle `ns` (registered on
+  // `c`): a tenant's keys are mapped into its own key space.
+  static kv::Key128 store_key(const ServerConnection& c, uint16_t ns, const kv::Key128& key) {
+    if (!c.tenant) return key;
+    for (size_t i = 0; i < c.namespaces.size(); ++i) {
+      if (c.namespaces[i] == ns) return tenant_key(c.ns_digests[i], key);
+    }
+    return key;  // unreachable: check_ns ran first
+  }
+  static void store_keys(const ServerConnection& c, uint16_t ns, std::span<kv::Key128> keys) {
+    if (!c.tenant) return;
+    for (size_t i = 0; i < c.namespaces.size(); ++i) {
+      if (c.namespaces[i] == ns) return tenant_keys(c.ns_digests[i], keys);
+    }
+  }
+
+  // Records the keys a pin or unpin names on the connection (so that its
+  // pins end with it) and holds them against the tenant's quota.
+  Status track_pins(ServerConnection& c, uint16_t ns, std::span<const kv::Key128> keys, bool pin) {
+    if (!pin) {
+      uint64_t gone = 0;
+      for (const auto& k : keys) gone += c.pinned.erase({ns, k});
+      if (c.tenant) tenants->release_pins(*c.tenant, gone);
+      return Status::ok_status();
+    }
+    std::vector<ServerConnection::PinnedKey> fresh;
+    for (const auto& k : keys) {
+      if (!c.pinned.count({ns, k})) fresh.push_back({ns, k});
+    }
+    if (c.tenant) KVTIER_RETURN_IF_ERROR(tenants->acquire_pins(*c.tenant, fresh.size()));
+    c.pinned.insert(fresh.begin(), fresh.end());
+    return Status::ok_status();
+  }
+
   // ---- requests ------------------------------------------------------------------
 
   asio::awaitable<bool> handle_hello(ServerConnection& c, const Frame& f) {
@@ -600,7 +672,23 @@ struct StoreServer::Impl {
       co_return false;
     }
     // The token is never logged, whatever happens.
-    if (!cfg.auth_token.empty() && !token_equal(req->auth_token, cfg.auth_token)) {
+    if (tenants->multi_tenant()) {
+      const TenantConfig* t = tenants->authenticate(req->auth_token);
+      if (!t) {
+        m->refused.at("auth")->add();
+        spdlog::warn("store server: {} (client '{}'): no tenant has that token; closing", c.peer,
+                     printable(req->client_name));
+        co_await send_error(c, h.request_id,
+                            Status::rejected("authentication failed: wrong or missing auth token"));
+        co_return false;
+      }
+      if (Status st = tenants->acquire_connection(*t); !st.ok()) {
+        m->refused.at("tenant_quota")->add();
+        co_await send_error(c, h.request_id, st);
+        co_return false;
+      }
+      c.tenant = t;
+    } else if (!cfg.auth_token.empty() && !token_equal(req->auth_token, cfg.auth_token)) {
       m->refused.at("auth")->add();
       spdlog::warn("store server: {} (client '{}'): authentication failed; closing the connection",
                    c.peer, printable(req->client_name));
@@ -646,17 +734,25 @@ struct StoreServer::Impl {
               Status::out_of_space(fmt::format("at most {} namespaces per connection",
                                                kMaxNamespacesPerConnection)));
         }
-        auto r = s.register_namespace(req.ns);
+        const kv::Namespace ns = c.tenant ? tenant_namespace(c.tenant->name, req.ns) : req.ns;
+        auto r = s.register_namespace(ns);
         if (!r.ok()) co_return co_await send_error(c, rid, r.status());
         if (check_ns(c, *r).ok() == false) {
+          if (c.tenant) {
+            if (Status st = tenants->acquire_namespace(*c.tenant, *r); !st.ok()) {
+              co_return co_await send_error(c, rid, st);
+            }
+          }
           std::lock_guard lk(c.shm_mu);
           c.namespaces.push_back(*r);
+          c.ns_digests.push_back(ns.digest());
         }
         co_return co_await send(c, RegisterNamespaceResponse{*r}, rid);
       }
       case MessageType::kPutRequest: {
         auto& req = std::get<PutRequest>(*msg);
         if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
+        req.key = store_key(c, req.ns, req.key);
         auto r =
             co_await run_in_pool(*pool, [&s, &req, data] { return s.put(req.ns, req.key, data); });
         if (!r.ok()) co_return co_await send_error(c, rid, r.status());
@@ -665,6 +761,7 @@ struct StoreServer::Impl {
       case MessageType::kGetRequest: {
         auto& req = std::get<GetRequest>(*msg);
         if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
+        req.key = store_key(c, req.ns, req.key);
         // A RAM hit is sent from its slot, leased until the write is done,
         // with the CRC the store keeps: no copy and no checksum pass here,
         // and no hop to a store thread (a lease is an index lookup).
@@ -713,7 +810,7 @@ struct StoreServer::Impl {
         parts.reserve(req.items.size());
         size_t off = 0;
         for (const KeyLength& kl : req.items) {
-          keys.push_back(kl.key);
+          keys.push_back(store_key(c, req.ns, kl.key));
           parts.push_back(data.subspan(off, kl.length));
           off += kl.length;
         }
@@ -751,7 +848,7 @@ struct StoreServer::Impl {
         size_t off = 0;
         for (const KeyLength& kl : req.items) {
           size_t len = std::min<uint32_t>(kl.length, limits.max_object_bytes);
-          items.push_back({kl.key, area.subspan(off, len)});
+          items.push_back({store_key(c, req.ns, kl.key), area.subspan(off, len)});
           off += len;
         }
         auto r =
@@ -777,6 +874,7 @@ struct StoreServer::Impl {
               Status::invalid_argument(fmt::format("{} keys exceed the server's max_match_keys {}",
                                                    req.keys.size(), limits.max_match_keys)));
         }
+        store_keys(c, req.ns, req.keys);
         // match_prefix never touches the disk: run it here.
         auto r = s.match_prefix(req.ns, req.keys);
         if (!r.ok()) co_return co_await send_error(c, rid, r.status());
@@ -785,6 +883,7 @@ struct StoreServer::Impl {
       case MessageType::kRemoveRequest: {
         auto& req = std::get<RemoveRequest>(*msg);
         if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
+        req.key = store_key(c, req.ns, req.key);
         auto r = co_await run_in_pool(*pool, [&s, &req] { return s.remove(req.ns, req.key); });
         if (!r.ok()) co_return co_await send_error(c, rid, r.status());
         co_return co_await send(c, RemoveResponse{*r}, rid);
@@ -793,7 +892,7 @@ struct StoreServer::Impl {
       case MessageType::kUnpinRequest: {
         bool pin = h.type == MessageType::kPinRequest;
         uint16_t ns = pin ? std::get<PinRequest>(*msg).ns : std::get<UnpinRequest>(*msg).ns;
-        const std::vector<kv::Key128>& keys =
+        std::vector<kv::Key128>& keys =
             pin ? std::get<PinRequest>(*msg).keys : std::get<UnpinRequest>(*msg).keys;
         if (Status st = check_ns(c, ns); !st.ok()) co_return co_await send_error(c, rid, st);
         if (keys.size() > limits.max_match_keys) {
@@ -801,6 +900,10 @@ struct StoreServer::Impl {
               c, rid,
               Status::invalid_argument(fmt::format("{} keys exceed the server's max_match_keys {}",
                                                    keys.size(), limits.max_match_keys)));
+        }
+        store_keys(c, ns, keys);
+        if (Status st = track_pins(c, ns, keys, pin); !st.ok()) {
+          co_return co_await send_error(c, rid, st);
         }
         Result<size_t> r =
             pin ? s.pin(ns, keys, std::get<PinRequest>(*msg).ttl_ms) : s.unpin(ns, keys);
@@ -840,6 +943,7 @@ struct StoreServer::Impl {
       case MessageType::kShmPutRequest: {
         auto& req = std::get<ShmPutRequest>(*msg);
         if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
+        req.key = store_key(c, req.ns, req.key);
         auto area = c.shm_area();
         if (!area) {
           co_return co_await send_error(
@@ -860,6 +964,7 @@ struct StoreServer::Impl {
       case MessageType::kShmGetRequest: {
         auto& req = std::get<ShmGetRequest>(*msg);
         if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
+        req.key = store_key(c, req.ns, req.key);
         auto area = c.shm_area();
         if (!area) {
           co_return co_await send_error(
@@ -969,15 +1074,33 @@ struct StoreServer::Impl {
         set.used = 0;
       }
       std::error_code ec;
+      if (c->hello_done) {
+        // A client may think between requests, not forever: one request
+        // (head and data) must arrive within the idle timeout.
+        c->idle_timer.expires_after(std::chrono::milliseconds(cfg.idle_timeout_ms));
+        c->idle_timer.async_wait([this, weak](std::error_code e) {
+          auto conn = weak.lock();
+          if (e || !conn) return;
+          m->refused.at("idle_timeout")->add();
+          spdlog::info("store server: {} idle for {} ms; closing", conn->peer, cfg.idle_timeout_ms);
+          conn->close();
+        });
+      }
       Status st = co_await c->reader.read_head(c->sock, ec);
       if (st.ok() && c->reader.decoder().state() == FrameDecoder::State::kData) {
+        // The descriptor is decoded and checked before any buffer is sized
+        // for the data that follows it.
+        st = check_before_data(*c);
         // Every data section goes into the connection's buffer (bounded by
         // the frame limits, checked with the header): the store copies it
         // into its RAM slot from there.
-        MutableByteView dst = c->data_buffer(c->reader.decoder().header().data_len);
-        st = c->reader.set_data_destination(std::span<const MutableByteView>(&dst, 1));
+        if (st.ok()) {
+          MutableByteView dst = c->data_buffer(c->reader.decoder().header().data_len);
+          st = c->reader.set_data_destination(std::span<const MutableByteView>(&dst, 1));
+        }
         if (st.ok()) st = co_await c->reader.read_data(c->sock, ec);
       }
+      c->idle_timer.cancel();
       count_bytes_in(*c);
       if (ec) {
         spdlog::debug("store server: {} closed: {}", c->peer, ec.message());
@@ -999,6 +1122,29 @@ struct StoreServer::Impl {
     // The last response (an Error frame before a close, say) goes out first.
     co_await wait_write(*c);
     c->close();
+  }
+
+  // A request with data (a put) is decoded, and its namespace and sizes
+  // checked, before the connection sizes a buffer for its data.
+  Status check_before_data(ServerConnection& c) const {
+    const FrameDecoder& d = c.reader.decoder();
+    auto msg = decode_message(d.header(), d.descriptor());
+    if (!msg.ok()) return msg.status();
+    if (const auto* p = std::get_if<PutRequest>(&*msg)) {
+      if (p->length > limits.max_object_bytes) {
+        return Status::invalid_argument(fmt::format("put of {} bytes exceeds max_object_bytes {}",
+                                                    p->length, limits.max_object_bytes));
+      }
+      return check_ns(c, p->ns);
+    }
+    if (const auto* b = std::get_if<BatchPutRequest>(&*msg)) {
+      if (b->items.size() > limits.max_batch) {
+        return Status::invalid_argument(fmt::format("batch of {} items exceeds the server's {}",
+                                                    b->items.size(), limits.max_batch));
+      }
+      return check_ns(c, b->ns);
+    }
+    return Status::ok_status();
   }
 
   void count_bytes_in(ServerConnection& c) {
@@ -1037,6 +1183,16 @@ struct StoreServer::Impl {
       std::lock_guard lk(c.shm_mu);
       if (c.channel) c.channel->close();
     }
+    // Pins end with their connection.
+    std::unordered_map<uint16_t, std::vector<kv::Key128>> by_ns;
+    for (const auto& p : c.pinned) by_ns[p.ns].push_back(p.key);
+    for (auto& [ns, keys] : by_ns) (void)store->unpin(ns, keys);
+    if (c.tenant) {
+      tenants->release_pins(*c.tenant, c.pinned.size());
+      for (uint16_t h : c.namespaces) tenants->release_namespace(*c.tenant, h);
+      tenants->release_connection(*c.tenant);
+    }
+    c.pinned.clear();
     std::lock_guard lk(mu);
     conns.erase(c.id);
     if (c.shm_nonce) shm_waiting.erase(*c.shm_nonce);
@@ -1119,7 +1275,11 @@ struct StoreServer::Impl {
     }
     done.clear();  // joins them, outside mu
     const bool keep = (msg.flags & kShmAttachWantChannel) != 0 && cfg.shm_direct_channel && room;
-    const int arena = keep ? store->ram_arena_fd() : -1;
+    // The arena shows every block in RAM: a multi-tenant server shares it
+    // only with the one tenant that opted in (server_config.h).
+    const bool arena_allowed =
+        cfg.shm_share_ram_arena && (!conn->tenant || conn->tenant->share_ram_arena);
+    const int arena = keep && arena_allowed ? store->ram_arena_fd() : -1;
     if (!shm_attach_grant(sock, keep, arena, arena >= 0 ? store->ram_arena_bytes() : 0) || !keep) {
       return;
     }
@@ -1137,6 +1297,13 @@ struct StoreServer::Impl {
       if (!c) return Status::failed_precondition("the channel's connection has ended");
       std::lock_guard lk(c->shm_mu);
       return check_ns(*c, ns);
+    };
+    ctx.map_keys = [weak = std::weak_ptr<ServerConnection>(conn)](uint16_t ns,
+                                                                  std::span<kv::Key128> keys) {
+      auto c = weak.lock();
+      if (!c) return;
+      std::lock_guard lk(c->shm_mu);
+      store_keys(*c, ns, keys);
     };
     ctx.count_request = [this](MessageType t, uint64_t ns) {
       const size_t i = op_index(t);
@@ -1303,6 +1470,7 @@ Result<std::unique_ptr<StoreServer>> StoreServer::start(const ServerConfig& conf
   I.frame_limits = {I.limits.max_descriptor_bytes, I.limits.max_data_bytes};
 
   I.m = std::make_unique<ServerMetrics>(I.store->metrics());
+  I.tenants = std::make_unique<TenantRegistry>(I.cfg.tenants, I.store->metrics());
   I.setup_mirrors();
 
   std::error_code ec;

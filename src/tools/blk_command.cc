@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "blockd.grpc.pb.h"
+#include "blockd/grpc_service.h"
 #include "tools/commands.h"
 
 namespace kvtier::tools {
@@ -25,7 +26,8 @@ namespace {
 namespace v1 = kvtier::blockd::v1;
 
 struct BlkCli {
-  std::string server = "127.0.0.1:7450";
+  std::string server = std::string("unix:") + kvtier::blockd::kDefaultSocket;
+  std::string tls_ca, tls_cert, tls_key;
   bool json = false;
   double timeout_s = 30;
   // Shared fields of the subcommands.
@@ -45,12 +47,43 @@ struct BlkCli {
   double read_mbps = 0, write_mbps = 0, total_mbps = 0, burst_s = 0.1;
 };
 
+// The daemon's address, for the hint printed when it cannot be reached.
+std::string g_server;
+
+std::string read_pem(const std::string& path, const char* flag) {
+  std::ifstream f(path);
+  if (!f) {
+    std::fprintf(stderr, "kvtier blk: %s '%s': cannot read\n", flag, path.c_str());
+    std::exit(2);
+  }
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// A Unix socket is plain (the daemon checks who connects); TCP is mutual TLS
+// only, as the daemon serves nothing else there.
 std::unique_ptr<v1::BlockDaemon::Stub> stub(const BlkCli& c) {
+  g_server = c.server;
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(8 << 20);
   args.SetMaxSendMessageSize(8 << 20);
+  if (c.server.rfind("unix:", 0) == 0) {
+    return v1::BlockDaemon::NewStub(
+        grpc::CreateCustomChannel(c.server, grpc::InsecureChannelCredentials(), args));
+  }
+  if (c.tls_ca.empty() || c.tls_cert.empty() || c.tls_key.empty()) {
+    std::fprintf(stderr,
+                 "kvtier blk: TCP management is mutual TLS only: give --tls-ca, --tls-cert and "
+                 "--tls-key (or use the daemon's unix: socket)\n");
+    std::exit(2);
+  }
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = read_pem(c.tls_ca, "--tls-ca");
+  o.pem_cert_chain = read_pem(c.tls_cert, "--tls-cert");
+  o.pem_private_key = read_pem(c.tls_key, "--tls-key");
   return v1::BlockDaemon::NewStub(
-      grpc::CreateCustomChannel(c.server, grpc::InsecureChannelCredentials(), args));
+      grpc::CreateCustomChannel(c.server, grpc::SslCredentials(o), args));
 }
 
 void set_deadline(grpc::ClientContext& ctx, const BlkCli& c) {
@@ -84,6 +117,12 @@ const char* code_name(grpc::StatusCode c) {
 int fail(const grpc::Status& st) {
   std::fprintf(stderr, "kvtier blk: %s: %s\n", code_name(st.error_code()),
                st.error_message().c_str());
+  if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    std::fprintf(stderr,
+                 "kvtier blk: is kvtier-blockd running at %s, and may this user use it? (the "
+                 "daemon serves root, its own user and its socket's owner and group)\n",
+                 g_server.c_str());
+  }
   return 1;
 }
 
@@ -189,7 +228,12 @@ int print_reply(const BlkCli& c, const grpc::Status& st, const v1::Volume& v) {
 uint64_t mib(double v) { return static_cast<uint64_t>(v * (1 << 20)); }
 
 void add_common(CLI::App* cmd, BlkCli* c) {
-  cmd->add_option("--server", c->server, "kvtier-blockd gRPC address")->capture_default_str();
+  cmd->add_option("--server", c->server,
+                  "kvtier-blockd address: unix:PATH, or host:port for TCP with mutual TLS")
+      ->capture_default_str();
+  cmd->add_option("--tls-ca", c->tls_ca, "TCP: CA (PEM) of the daemon's certificate");
+  cmd->add_option("--tls-cert", c->tls_cert, "TCP: this client's certificate (PEM)");
+  cmd->add_option("--tls-key", c->tls_key, "TCP: this client's private key (PEM)");
   cmd->add_flag("--json", c->json, "Print the reply as JSON instead of a table");
   cmd->add_option("--timeout", c->timeout_s, "Seconds to wait for the daemon")
       ->capture_default_str();

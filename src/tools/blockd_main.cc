@@ -1,9 +1,13 @@
 // kvtier-blockd: the storage-engine daemon. Owns devices, RAID arrays,
 // partitions and QoS limits (blockd/daemon.h), restores them from its config
-// at start, serves the gRPC management API (src/blockd/blockd.proto) on
-// loopback by default and Prometheus metrics on /metrics. SIGTERM or SIGINT
+// at start, serves the gRPC management API (src/blockd/blockd.proto) on a
+// Unix socket checked against each caller's credentials (TCP only with
+// mutual TLS) and Prometheus metrics on /metrics. File volumes only beneath
+// --volume-dir or from --device (docs/security.md). SIGTERM or SIGINT
 // stops it cleanly (arrays marked clean); SIGKILL is survived through the
 // arrays' write-intent bitmaps.
+#include <grp.h>
+#include <pwd.h>
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
@@ -19,6 +23,22 @@
 
 using namespace kvtier;  // NOLINT
 
+namespace {
+
+// A user or group by name or number (-1 when `s` is empty).
+int64_t resolve_id(const std::string& s, bool is_group) {
+  if (s.empty()) return -1;
+  if (s.find_first_not_of("0123456789") == std::string::npos) return std::stoll(s);
+  if (is_group) {
+    const struct group* g = getgrnam(s.c_str());
+    return g ? static_cast<int64_t>(g->gr_gid) : -2;
+  }
+  const struct passwd* p = getpwnam(s.c_str());
+  return p ? static_cast<int64_t>(p->pw_uid) : -2;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{
       "kvtier-blockd: storage-engine daemon (volumes, RAID, partitions, QoS) managed over gRPC; "
@@ -33,10 +53,33 @@ int main(int argc, char** argv) {
                  "Config file (versioned JSON, rewritten atomically on every change; created if "
                  "missing)")
       ->required();
-  app.add_option("--listen", so.listen, "gRPC address host:port (port 0 picks a free one)")
+  std::string socket_user, socket_group;
+  blockd::VolumePolicy policy;
+  app.add_option("--socket", so.socket_path,
+                 "Unix socket of the management API, mode 0600 (0660 with --socket-group); "
+                 "callers are checked by their kernel credentials (\"\" = none)")
       ->capture_default_str();
+  app.add_option("--socket-user", socket_user,
+                 "Owner of the socket, who may manage the daemon besides root (name or uid)");
+  app.add_option("--socket-group", socket_group,
+                 "Group of the socket, whose members may manage the daemon (name or gid)");
+  app.add_option("--tcp-listen", so.tcp_listen,
+                 "Also serve the API on TCP host:port, only with mutual TLS (--tls-*)");
+  app.add_option("--tls-cert", so.tls_cert_file, "TLS: the daemon's certificate (PEM)");
+  app.add_option("--tls-key", so.tls_key_file, "TLS: the daemon's private key (PEM)");
+  app.add_option("--tls-client-ca", so.tls_client_ca_file,
+                 "TLS: CA (PEM) that every client certificate must chain to");
   app.add_option("--allow-host", so.allowed_hosts,
-                 "Remote host allowed to call the API besides loopback (repeatable)");
+                 "TCP: also require TLS clients to come from these addresses (repeatable)");
+  app.add_option("--volume-dir", policy.volume_dirs,
+                 "Folder where file volumes may be created and opened (repeatable; not "
+                 "writable by group or others). Nothing else is opened.");
+  app.add_option("--device", policy.devices,
+                 "Block device that may be used as a volume, by this exact path (repeatable)");
+  app.add_option("--export-address", policy.export_addresses,
+                 "Address other than loopback that NVMe/TCP exports may listen on (repeatable)");
+  app.add_flag("--allow-any-host-exports", policy.allow_any_host_exports,
+               "Let exports set allow_any_host (any host NQN may connect)");
   app.add_option("--metrics-address", metrics_address, "Address of the /metrics endpoint")
       ->capture_default_str();
   app.add_option("--metrics-port", metrics_port, "Port of /metrics (0 picks a free one)")
@@ -52,6 +95,22 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   init_logging();
+  so.socket_uid = resolve_id(socket_user, false);
+  so.socket_gid = resolve_id(socket_group, true);
+  if (so.socket_uid == -2 || so.socket_gid == -2) {
+    std::fprintf(stderr, "kvtier-blockd: unknown --socket-user or --socket-group\n");
+    return 2;
+  }
+  auto paths = blockd::VolumePaths::create(policy);
+  if (!paths.ok()) {
+    std::fprintf(stderr, "kvtier-blockd: %s\n", paths.status().message().c_str());
+    return 2;
+  }
+  if (policy.volume_dirs.empty() && policy.devices.empty()) {
+    std::fprintf(stderr,
+                 "kvtier-blockd: note: no --volume-dir or --device, so only RAM and remote "
+                 "volumes can be created\n");
+  }
 
   // Signals go to a waiting thread, not to handlers.
   sigset_t set;
@@ -60,7 +119,7 @@ int main(int argc, char** argv) {
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
-  auto daemon = blockd::BlockDaemon::open(config, health);
+  auto daemon = blockd::BlockDaemon::open(config, std::move(*paths), health);
   if (!daemon.ok()) {
     std::fprintf(stderr, "kvtier-blockd: %s\n", daemon.status().to_string().c_str());
     return 1;
@@ -93,6 +152,9 @@ int main(int argc, char** argv) {
       return 1;
     }
     metrics = std::move(*ep);
+  }
+  if (!so.socket_path.empty()) {
+    std::fprintf(stderr, "kvtier-blockd: management on unix:%s\n", so.socket_path.c_str());
   }
   std::printf("listening grpc %d metrics %d\n", (*server)->port(), metrics ? metrics->port() : 0);
   std::fflush(stdout);

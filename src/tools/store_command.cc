@@ -64,6 +64,18 @@ int run_serve(const std::string& config_path) {
   std::fprintf(stderr, "kvtier store serve: listening on %s, %s (pid %d)\n",
                host_port((*server)->address(), (*server)->port()).c_str(), metrics.c_str(),
                static_cast<int>(getpid()));
+  if (!cfg->tenants.empty()) {
+    std::fprintf(stderr,
+                 "kvtier store serve: %zu tenants, each with its own token, namespaces and "
+                 "quotas\n",
+                 cfg->tenants.size());
+  } else if (cfg->auth_token.empty()) {
+    std::fprintf(stderr,
+                 "kvtier store serve: single tenant, no auth token: any process on this host "
+                 "may read and write every block (docs/security.md)\n");
+  } else {
+    std::fprintf(stderr, "kvtier store serve: single tenant, one shared auth token\n");
+  }
   std::fflush(stderr);
 
   // Cluster membership: registered only once the listener is up, so that a

@@ -8,152 +8,29 @@
 // daemon's export is consumed as a remote volume and mirrored with a local
 // file; that daemon is SIGKILLed (the array keeps serving, the remote volume
 // says reconnecting) and restarted (the remote volume reconnects by itself).
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/buffer.h"
+#include "daemon_harness.h"
 #include "nvmf/host_device.h"
-
-#ifndef KVTIER_BLOCKD_BIN
-#error "KVTIER_BLOCKD_BIN must name kvtier-blockd"
-#endif
-#ifndef KVTIER_CLI_BIN
-#error "KVTIER_CLI_BIN must name kvtier"
-#endif
-#ifndef KVTIER_BLOCKD_TEST_DIR
-#error "KVTIER_BLOCKD_TEST_DIR must name a scratch folder on a real filesystem"
-#endif
 
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Daemon {
-  pid_t pid = -1;
-  int grpc_port = 0;
-  int metrics_port = 0;
-};
-
-Daemon start_daemon(const fs::path& config, const std::vector<std::string>& extra = {}) {
-  int pipefd[2];
-  EXPECT_EQ(pipe(pipefd), 0);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(pipefd[1], STDOUT_FILENO);
-    close(pipefd[0]);
-    std::vector<std::string> args = {
-        KVTIER_BLOCKD_BIN, "--config", config.string(), "--listen", "127.0.0.1:0",
-        "--metrics-port",  "0"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(KVTIER_BLOCKD_BIN, argv.data());
-    _exit(127);
-  }
-  close(pipefd[1]);
-  FILE* out = fdopen(pipefd[0], "r");
-  char line[256] = {};
-  Daemon d;
-  d.pid = pid;
-  if (fgets(line, sizeof(line), out) != nullptr) {
-    std::sscanf(line, "listening grpc %d metrics %d", &d.grpc_port, &d.metrics_port);
-  }
-  fclose(out);
-  EXPECT_GT(d.grpc_port, 0) << "daemon did not start: " << line;
-  return d;
-}
-
-int stop_daemon(Daemon& d, int sig) {
-  if (d.pid <= 0) return -1;
-  kill(d.pid, sig);
-  int status = 0;
-  waitpid(d.pid, &status, 0);
-  d.pid = -1;
-  return status;
-}
-
-struct CliResult {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
-
-CliResult cli(const Daemon& d, const std::string& args) {
-  static int n = 0;
-  const fs::path err = fs::path(KVTIER_BLOCKD_TEST_DIR) /
-                       ("cli-err-" + std::to_string(getpid()) + "-" + std::to_string(n++));
-  const std::string cmd = std::string(KVTIER_CLI_BIN) + " blk " + args +
-                          " --server 127.0.0.1:" + std::to_string(d.grpc_port) + " 2>" +
-                          err.string();
-  CliResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t k;
-  while ((k = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, k);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream e(err);
-  std::stringstream ss;
-  ss << e.rdbuf();
-  r.err = ss.str();
-  fs::remove(err);
-  return r;
-}
-
-std::string http_get(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    close(fd);
-    return "";
-  }
-  const std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-  (void)!write(fd, req.data(), req.size());
-  std::string resp;
-  char buf[4096];
-  ssize_t k;
-  while ((k = read(fd, buf, sizeof(buf))) > 0) resp.append(buf, static_cast<size_t>(k));
-  close(fd);
-  return resp;
-}
+using namespace kvtier::testing;  // NOLINT
 
 std::string random_bytes(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::string s(n, '\0');
   for (auto& c : s) c = static_cast<char>(rng());
   return s;
-}
-
-// A TCP port nothing listens on right now (the kernel's pick for port 0).
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
 }
 
 std::string read_file(const fs::path& p) {
@@ -302,7 +179,7 @@ TEST_F(BlockdTest, MalformedRequestsAreRefusedClearly) {
   stop_daemon(d_, SIGTERM);
   std::ofstream(config_) << "{\"format\":\"kvtier-blockd-config\",\"version\":99,\"volumes\":[]}";
   const std::string cmd = std::string(KVTIER_BLOCKD_BIN) + " --config " + config_.string() +
-                          " --listen 127.0.0.1:0 2>&1";
+                          " --socket " + socket_path_for(config_) + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   char buf[1024] = {};
   const size_t k = fread(buf, 1, sizeof(buf) - 1, p);
@@ -453,7 +330,7 @@ TEST_F(BlockdTest, RemoteNvmeTcpMemberReconnectsAfterItsTargetRestarts) {
   const fs::path node_dir = dir_ / "node";
   fs::create_directories(node_dir);
   Daemon node = start_daemon(node_dir / "blockd.json");
-  ASSERT_GT(node.grpc_port, 0);
+  ASSERT_TRUE(node.started);
   auto r = cli(node, "create-file t0 --path " + (node_dir / "t0").string() + " --size-mib 16");
   ASSERT_EQ(r.code, 0) << r.err;
   const int port = free_port();
@@ -506,7 +383,7 @@ TEST_F(BlockdTest, RemoteNvmeTcpMemberReconnectsAfterItsTargetRestarts) {
 
   // The node comes back on the same port: the host reconnects by itself.
   node = start_daemon(node_dir / "blockd.json");
-  ASSERT_GT(node.grpc_port, 0);
+  ASSERT_TRUE(node.started);
   const std::string shown = wait_for_show(d_, "r0", "\"reconnects\": \"1\"", 15);
   EXPECT_NE(shown.find("\"reconnects\": \"1\""), std::string::npos) << shown;
   EXPECT_EQ(shown.find("\"reconnecting\""), std::string::npos) << shown;
@@ -536,7 +413,7 @@ TEST_F(BlockdTest, RemoteVolumeIsFailedOnceItsErrorBudgetIsSpent) {
   const fs::path node_dir = dir_ / "node";
   fs::create_directories(node_dir);
   Daemon node = start_daemon(node_dir / "blockd.json");
-  ASSERT_GT(node.grpc_port, 0);
+  ASSERT_TRUE(node.started);
   auto r = cli(node, "create-file t0 --path " + (node_dir / "t0").string() + " --size-mib 8");
   ASSERT_EQ(r.code, 0) << r.err;
   const int port = free_port();
