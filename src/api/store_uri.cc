@@ -272,6 +272,11 @@ Result<std::unique_ptr<KvStore>> open_cluster(const StoreUri& uri) {
     co.poll_ms = static_cast<uint32_t>(*poll);
     co.etcd_url = "http://" + uri.hosts.front();
     if (!uri.path.empty()) co.etcd_prefix = uri.path;
+    co.etcd_user = r.text("etcd_user", "");
+    co.etcd_password_file = r.text("etcd_password_file", "");
+    if (co.etcd_user.empty() != co.etcd_password_file.empty()) {
+      return Status::invalid_argument("etcd_user and etcd_password_file go together");
+    }
   } else {
     for (size_t i = 0; i < uri.hosts.size(); ++i) {
       // The address is the node's id (as for a static list in a cluster
@@ -299,6 +304,8 @@ const std::vector<std::string>& store_uri_options(Scheme scheme) {
     auto v = remote;
     v.erase(std::remove(v.begin(), v.end(), "wait_ms"), v.end());
     v.push_back("poll_ms");
+    v.push_back("etcd_user");
+    v.push_back("etcd_password_file");
     return v;
   }();
   static const std::vector<std::string> cluster = [] {

@@ -176,6 +176,49 @@ TEST(DiskDirectRead, CorruptPayloadIsVerifiedInPlaceAndDropped) {
   EXPECT_EQ(g->miss, MissReason::kNotFound);
 }
 
+// A get into memory a client can see (its shared-memory area) never lets
+// the device write there: a corrupt payload is caught in a staging buffer and
+// the client's bytes are untouched; a plain get of the same damage shows why
+// (the direct read lands the unverified bytes in the caller's buffer first).
+TEST(DiskDirectRead, SharedBuffersNeverHoldUnverifiedBytes) {
+  auto mem = std::make_shared<blk::MemDevice>(32 << 20);
+  Opened s(direct_options(mem));
+  s.put(1, kObj);
+  s.put(2, kObj);
+  s.push_to_device();
+  auto raw = mem->raw();
+  int flipped = 0;
+  for (size_t off = 0; off + sizeof(disk::EntryHeader) <= raw.size(); off += disk::kPageBytes) {
+    disk::EntryHeader h;
+    std::memcpy(&h, raw.data() + off, sizeof(h));
+    for (uint64_t i : {1, 2}) {
+      const Key128 k = test_key(i);
+      if (h.magic == disk::kEntryMagic && h.key_hi == k.hi && h.key_lo == k.lo) {
+        raw[off + disk::kPayloadOffset + 777] ^= std::byte{0x04};
+        ++flipped;
+      }
+    }
+  }
+  ASSERT_EQ(flipped, 2);
+  AlignedBuffer shared(kObj);
+  std::memset(shared.data(), 0xEE, shared.size());
+  auto g = s.store->get_into_shared(s.ns, test_key(1), shared.view());
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->miss, MissReason::kCorrupt);
+  EXPECT_EQ(s.direct_reads(), 0u);
+  size_t untouched = 0;
+  for (size_t b = 0; b < shared.size(); ++b) untouched += shared.data()[b] == std::byte{0xEE};
+  EXPECT_EQ(untouched, shared.size()) << "unverified bytes reached the shared buffer";
+  // The same damage through a direct read does reach a private buffer.
+  AlignedBuffer mine(kObj);
+  std::memset(mine.data(), 0xEE, mine.size());
+  g = s.store->get(s.ns, test_key(2), mine.view());
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->miss, MissReason::kCorrupt);
+  EXPECT_EQ(s.direct_reads(), 1u);
+  EXPECT_NE(mine.data()[0], std::byte{0xEE});
+}
+
 // A direct read whose device hangs past the deadline is a timeout, but the
 // get returns only when the device has let go of the buffer; meanwhile other
 // reads are staged, so they can still give up at their own deadline.

@@ -921,8 +921,8 @@ void DiskTier::read_async(const IndexRecord& rec, std::shared_ptr<ReadTarget> ta
       return;
     }
   }
-  if (direct_ok_ && rec.length >= kPageBytes && target->out().size() >= rec.length &&
-      is_aligned_ptr(target->out().data(), kPageBytes) &&
+  if (direct_ok_ && target->allow_direct() && rec.length >= kPageBytes &&
+      target->out().size() >= rec.length && is_aligned_ptr(target->out().data(), kPageBytes) &&
       overdue_direct_->load(std::memory_order_acquire) == 0) {
     read_direct(rec, ns_digest, std::move(target));
     return;

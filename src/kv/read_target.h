@@ -20,10 +20,15 @@ namespace kvtier::kv {
 
 class ReadTarget {
  public:
-  explicit ReadTarget(MutableByteView out) : out_(out) {}
+  // `allow_direct` false: out() is memory another process can see (a
+  // client's shared-memory area), so the device never reads into it: the
+  // payload is staged and only copied there once verified.
+  explicit ReadTarget(MutableByteView out, bool allow_direct = true)
+      : out_(out), allow_direct_(allow_direct) {}
 
   // The caller's buffer (where a direct read lands).
   MutableByteView out() const { return out_; }
+  bool allow_direct() const { return allow_direct_; }
 
   // Marks the read as direct, before the device is given out(). `overdue`
   // counts direct reads past their deadline whose device has not answered:
@@ -120,6 +125,7 @@ class ReadTarget {
   std::mutex mu_;
   std::condition_variable cv_;
   MutableByteView out_;
+  bool allow_direct_ = true;
   bool done_ = false;                              // guarded by mu_
   bool abandoned_ = false;                         // guarded by mu_
   bool direct_ = false;                            // guarded by mu_: the device writes out_ itself

@@ -453,7 +453,20 @@ Result<GetResult> Store::get(uint16_t ns, const Key128& key, MutableByteView out
   return (*r)[0];
 }
 
+Result<GetResult> Store::get_into_shared(uint16_t ns, const Key128& key, MutableByteView out) {
+  BatchGetItem item{key, out};
+  auto r = batch_get_impl(ns, std::span<const BatchGetItem>(&item, 1), /*allow_direct=*/false);
+  if (!r.ok()) return r.status();
+  return (*r)[0];
+}
+
 Result<std::vector<GetResult>> Store::batch_get(uint16_t ns, std::span<const BatchGetItem> items) {
+  return batch_get_impl(ns, items, /*allow_direct=*/true);
+}
+
+Result<std::vector<GetResult>> Store::batch_get_impl(uint16_t ns,
+                                                     std::span<const BatchGetItem> items,
+                                                     bool allow_direct) {
   KVTIER_RETURN_IF_ERROR(check_open());
   KVTIER_RETURN_IF_ERROR(check_ns(ns));
   // Validate everything before any I/O starts, so a rejected call touches
@@ -554,7 +567,7 @@ Result<std::vector<GetResult>> Store::batch_get(uint16_t ns, std::span<const Bat
         continue;
       }
       if (rec->on_disk() && disk_) {
-        auto target = std::make_shared<ReadTarget>(items[i].out);
+        auto target = std::make_shared<ReadTarget>(items[i].out, allow_direct);
         disk_->read_async(*rec, target, deadline);
         pending.push_back({i, *rec, std::move(target)});
         if (pending.size() - finished >= window) finish(pending[finished++]);

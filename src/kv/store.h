@@ -82,6 +82,10 @@ class Store final : public KvStore {
 
   Result<PutResult> put(uint16_t ns, const Key128& key, ByteView data) override;
   Result<GetResult> get(uint16_t ns, const Key128& key, MutableByteView out) override;
+  // get() into memory another process can see (a client's shared-memory
+  // area): no disk read lands there directly, so only verified bytes ever
+  // do, whatever the device returns.
+  Result<GetResult> get_into_shared(uint16_t ns, const Key128& key, MutableByteView out);
   Result<std::vector<PutResult>> batch_put(uint16_t ns, std::span<const Key128> keys,
                                            std::span<const ByteView> data) override;
   // Reads every item with the disk reads in flight together.
@@ -118,6 +122,8 @@ class Store final : public KvStore {
   const StoreOptions& options() const { return opts_; }
 
  private:
+  Result<std::vector<GetResult>> batch_get_impl(uint16_t ns, std::span<const BatchGetItem> items,
+                                                bool allow_direct);
   explicit Store(const StoreOptions& options);
   Status init();
   Status check_ns(uint16_t ns) const;

@@ -67,11 +67,19 @@ Result<ClusterStoreOptions> parse_cluster_client_config(std::string_view json_te
   json doc = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return bad("not valid JSON");
   if (!doc.is_object()) return bad("must be a JSON object");
-  static const std::set<std::string> known = {
-      "nodes",         "etcd_url",        "etcd_prefix",
-      "poll_ms",       "etcd_timeout_ms", "auth_token",
-      "connections",   "call_timeout_ms", "connect_timeout_ms",
-      "shared_memory", "client_name"};
+  static const std::set<std::string> known = {"nodes",
+                                              "etcd_url",
+                                              "etcd_prefix",
+                                              "poll_ms",
+                                              "etcd_timeout_ms",
+                                              "auth_token",
+                                              "connections",
+                                              "call_timeout_ms",
+                                              "connect_timeout_ms",
+                                              "shared_memory",
+                                              "client_name",
+                                              "etcd_user",
+                                              "etcd_password_file"};
   for (auto it = doc.begin(); it != doc.end(); ++it) {
     if (!known.count(it.key())) return bad(fmt::format("unknown key '{}'", it.key()));
   }
@@ -97,6 +105,11 @@ Result<ClusterStoreOptions> parse_cluster_client_config(std::string_view json_te
   KVTIER_RETURN_IF_ERROR(get_string(doc, "etcd_prefix", &o.etcd_prefix));
   KVTIER_RETURN_IF_ERROR(get_uint(doc, "poll_ms", 1, 3600000, &o.poll_ms));
   KVTIER_RETURN_IF_ERROR(get_uint(doc, "etcd_timeout_ms", 1, 600000, &o.etcd_timeout_ms));
+  KVTIER_RETURN_IF_ERROR(get_string(doc, "etcd_user", &o.etcd_user));
+  KVTIER_RETURN_IF_ERROR(get_string(doc, "etcd_password_file", &o.etcd_password_file));
+  if (o.etcd_user.empty() != o.etcd_password_file.empty()) {
+    return bad("'etcd_user' and 'etcd_password_file' go together");
+  }
   RemoteStoreOptions& r = o.node_options;
   KVTIER_RETURN_IF_ERROR(get_string(doc, "auth_token", &r.auth_token));
   KVTIER_RETURN_IF_ERROR(get_string(doc, "client_name", &r.client_name));

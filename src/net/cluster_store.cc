@@ -72,10 +72,11 @@ Result<ClusterNode> parse_node_address(const std::string& id, const std::string&
 }
 
 Result<std::vector<ClusterNode>> read_etcd_nodes(const std::string& etcd_url,
-                                                 const std::string& prefix, uint32_t timeout_ms) {
+                                                 const std::string& prefix, uint32_t timeout_ms,
+                                                 const EtcdCredentials& credentials) {
   auto ep = parse_etcd_url(etcd_url);
   if (!ep.ok()) return ep.status();
-  EtcdClient etcd(*ep, timeout_ms);
+  EtcdClient etcd(*ep, timeout_ms, credentials);
   std::string key_prefix = etcd_nodes_key_prefix(prefix);
   auto kvs = etcd.range_prefix(key_prefix);
   if (!kvs.ok()) return kvs.status();
@@ -160,7 +161,10 @@ struct ClusterStore::Impl {
   Status refresh() {
     if (options.etcd_url.empty()) return Status::ok_status();
     std::lock_guard<std::mutex> r(refresh_mu);
-    auto nodes = read_etcd_nodes(options.etcd_url, options.etcd_prefix, options.etcd_timeout_ms);
+    auto credentials = load_etcd_credentials(options.etcd_user, options.etcd_password_file);
+    if (!credentials.ok()) return credentials.status();
+    auto nodes = read_etcd_nodes(options.etcd_url, options.etcd_prefix, options.etcd_timeout_ms,
+                                 *credentials);
     if (!nodes.ok()) return nodes.status();
     return set_nodes(*nodes);
   }

@@ -37,6 +37,7 @@
 #include "common/status.h"
 #include "kv/store.h"
 #include "kvtier/kv_store.h"
+#include "net/etcd_client.h"
 #include "net/remote_store.h"
 
 namespace kvtier::net {
@@ -55,6 +56,9 @@ struct ClusterStoreOptions {
   std::string etcd_prefix = "kvtier";
   uint32_t poll_ms = 500;
   uint32_t etcd_timeout_ms = 1000;
+  // etcd user/password auth: the user and a file holding the password.
+  std::string etcd_user;
+  std::string etcd_password_file;
   // Options of each node's RemoteStore (host and port are replaced).
   RemoteStoreOptions node_options;
 };
@@ -63,7 +67,8 @@ struct ClusterStoreOptions {
 Result<ClusterNode> parse_node_address(const std::string& id, const std::string& address);
 // Reads the live nodes registered under `prefix` (docs/store-service.md).
 Result<std::vector<ClusterNode>> read_etcd_nodes(const std::string& etcd_url,
-                                                 const std::string& prefix, uint32_t timeout_ms);
+                                                 const std::string& prefix, uint32_t timeout_ms,
+                                                 const EtcdCredentials& credentials = {});
 // "/<prefix>/nodes/" with the prefix's slashes trimmed.
 std::string etcd_nodes_key_prefix(const std::string& prefix);
 

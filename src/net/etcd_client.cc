@@ -11,6 +11,7 @@
 #include <asio/write.hpp>
 #include <cerrno>
 #include <chrono>
+#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 
@@ -208,14 +209,16 @@ Result<int64_t> parse_etcd_keepalive_response(std::string_view body) {
 
 Result<std::string> http_call(const std::string& host, uint16_t port, const char* method,
                               const std::string& path, const std::string& body, uint32_t timeout_ms,
-                              size_t max_response_bytes) {
+                              size_t max_response_bytes, const std::string& authorization) {
   asio::io_context io;
   asio::ip::tcp::resolver resolver(io);
   asio::ip::tcp::socket sock(io);
+  const std::string auth_header =
+      authorization.empty() ? "" : fmt::format("Authorization: {}\r\n", authorization);
   std::string request = fmt::format(
-      "{} {} HTTP/1.1\r\nHost: {}:{}\r\nContent-Type: application/json\r\n"
+      "{} {} HTTP/1.1\r\nHost: {}:{}\r\nContent-Type: application/json\r\n{}"
       "Content-Length: {}\r\nConnection: close\r\n\r\n{}",
-      method, path, host, port, body.size(), body);
+      method, path, host, port, auth_header, body.size(), body);
   std::string response;
   std::error_code result_ec;
   bool done = false;
@@ -289,10 +292,76 @@ Result<std::string> http_call(const std::string& host, uint16_t port, const char
   return payload;
 }
 
+Result<EtcdCredentials> load_etcd_credentials(const std::string& user,
+                                              const std::string& password_file) {
+  EtcdCredentials c;
+  if (user.empty()) {
+    if (!password_file.empty()) return Status::invalid_argument("an etcd password needs a user");
+    return c;
+  }
+  if (password_file.empty()) {
+    return Status::invalid_argument(fmt::format("etcd user '{}' needs a password file", user));
+  }
+  std::ifstream in(password_file);
+  if (!in) {
+    return Status::invalid_argument(
+        fmt::format("etcd password file '{}': cannot read", password_file));
+  }
+  std::getline(in, c.password);
+  while (!c.password.empty() && (c.password.back() == '\r' || c.password.back() == '\n')) {
+    c.password.pop_back();
+  }
+  if (c.password.empty()) {
+    return Status::invalid_argument(fmt::format("etcd password file '{}' is empty", password_file));
+  }
+  c.user = user;
+  return c;
+}
+
+Result<std::string> EtcdClient::authenticate() {
+  json req = {{"name", credentials_.user}, {"password", credentials_.password}};
+  auto body = http_call(endpoint_.host, endpoint_.port, "POST", "/v3/auth/authenticate", req.dump(),
+                        timeout_ms_, kMaxEtcdResponseBytes);
+  if (!body.ok()) {
+    // The message may quote etcd's answer, never the request (the password).
+    return Status(body.status().code(), fmt::format("etcd authentication as '{}': {}",
+                                                    credentials_.user, body.status().message()));
+  }
+  KVTIER_ASSIGN_OR_RETURN(json j, parse_answer(*body));
+  if (!j.contains("token") || !j["token"].is_string() || j["token"].get<std::string>().empty()) {
+    return Status::rejected(
+        fmt::format("etcd authentication as '{}': no token in the answer", credentials_.user));
+  }
+  return j["token"].get<std::string>();
+}
+
 Result<std::string> EtcdClient::call(const char* method, const std::string& path,
                                      const std::string& body) {
-  return http_call(endpoint_.host, endpoint_.port, method, path, body, timeout_ms_,
-                   kMaxEtcdResponseBytes);
+  if (credentials_.empty()) {
+    return http_call(endpoint_.host, endpoint_.port, method, path, body, timeout_ms_,
+                     kMaxEtcdResponseBytes);
+  }
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::string token;
+    {
+      std::lock_guard lk(token_mu_);
+      token = token_;
+    }
+    if (token.empty()) {
+      KVTIER_ASSIGN_OR_RETURN(token, authenticate());
+      std::lock_guard lk(token_mu_);
+      token_ = token;
+    }
+    auto r = http_call(endpoint_.host, endpoint_.port, method, path, body, timeout_ms_,
+                       kMaxEtcdResponseBytes, token);
+    // An expired or revoked token: authenticate again, once.
+    const bool stale = (!r.ok() && r.status().message().find("token") != std::string::npos) ||
+                       (r.ok() && r->find("invalid auth token") != std::string::npos);
+    if (!stale || attempt == 1) return r;
+    std::lock_guard lk(token_mu_);
+    if (token_ == token) token_.clear();
+  }
+  return Status::internal("unreachable");
 }
 
 Status EtcdClient::put(std::string_view key, std::string_view value, int64_t lease) {

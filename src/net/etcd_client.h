@@ -4,6 +4,11 @@
 // /v3/lease/grant, /v3/lease/keepalive, /v3/lease/revoke). Keys and values
 // travel base64-encoded; 64-bit integers come back as JSON strings.
 //
+// With credentials (etcd's user/password auth), the client authenticates at
+// the first call (POST /v3/auth/authenticate), sends the token etcd returns
+// in the Authorization header, and authenticates again once when etcd says
+// the token is invalid or expired. The password is never logged.
+//
 // Each call opens one connection (Connection: close), is bounded by
 // `timeout_ms` end to end, and bounds the response it reads by
 // kMaxEtcdResponseBytes; failures are Status errors that name etcd's URL.
@@ -14,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -58,10 +64,23 @@ Result<std::pair<int64_t, int64_t>> parse_etcd_lease_grant_response(std::string_
 // Remaining TTL; 0 or less means the lease is gone.
 Result<int64_t> parse_etcd_keepalive_response(std::string_view body);
 
+// etcd user and password (empty user: no auth). `password_file` holds the
+// password (first line) so it never sits in a config or a command line.
+struct EtcdCredentials {
+  std::string user;
+  std::string password;
+  bool empty() const { return user.empty(); }
+};
+// Reads the password of `user` from `password_file` (empty user: none).
+Result<EtcdCredentials> load_etcd_credentials(const std::string& user,
+                                              const std::string& password_file);
+
 class EtcdClient {
  public:
-  EtcdClient(EtcdEndpoint endpoint, uint32_t timeout_ms)
-      : endpoint_(std::move(endpoint)), timeout_ms_(timeout_ms) {}
+  EtcdClient(EtcdEndpoint endpoint, uint32_t timeout_ms, EtcdCredentials credentials = {})
+      : endpoint_(std::move(endpoint)),
+        timeout_ms_(timeout_ms),
+        credentials_(std::move(credentials)) {}
 
   Status put(std::string_view key, std::string_view value, int64_t lease = 0);
   Result<std::vector<EtcdKeyValue>> range_prefix(std::string_view prefix);
@@ -75,15 +94,20 @@ class EtcdClient {
 
  private:
   Result<std::string> call(const char* method, const std::string& path, const std::string& body);
+  Result<std::string> authenticate();
   EtcdEndpoint endpoint_;
   uint32_t timeout_ms_;
+  EtcdCredentials credentials_;
+  std::mutex token_mu_;
+  std::string token_;  // guarded by token_mu_
 };
 
 // One HTTP/1.1 exchange with Connection: close; returns the body of a 200
 // answer (chunked or not), else an error with the status line and body.
+// `authorization`, when set, is sent as the Authorization header.
 // Exposed for the CLI and tests.
 Result<std::string> http_call(const std::string& host, uint16_t port, const char* method,
                               const std::string& path, const std::string& body, uint32_t timeout_ms,
-                              size_t max_response_bytes);
+                              size_t max_response_bytes, const std::string& authorization = "");
 
 }  // namespace kvtier::net

@@ -9,9 +9,9 @@
 namespace kvtier::net {
 
 EtcdRegistration::EtcdRegistration(const EtcdMembershipConfig& config, EtcdEndpoint ep,
-                                   std::string address)
+                                   EtcdCredentials credentials, std::string address)
     : config_(config),
-      etcd_(std::move(ep), config.timeout_ms),
+      etcd_(std::move(ep), config.timeout_ms, std::move(credentials)),
       address_(std::move(address)),
       key_(etcd_nodes_key_prefix(config.prefix) + config.node_id) {}
 
@@ -23,7 +23,10 @@ Result<std::unique_ptr<EtcdRegistration>> EtcdRegistration::start(
     return Status::invalid_argument("etcd.node_id must be non-empty and have no '/'");
   }
   if (config.ttl_s < 2) return Status::invalid_argument("etcd.ttl_s must be >= 2");
-  std::unique_ptr<EtcdRegistration> r(new EtcdRegistration(config, *ep, address));
+  auto credentials = load_etcd_credentials(config.user, config.password_file);
+  if (!credentials.ok()) return credentials.status();
+  std::unique_ptr<EtcdRegistration> r(
+      new EtcdRegistration(config, *ep, std::move(*credentials), address));
   KVTIER_RETURN_IF_ERROR(r->register_once());
   EtcdRegistration* p = r.get();
   r->renewer_ = std::thread([p] { p->renew_loop(); });

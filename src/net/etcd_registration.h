@@ -29,6 +29,10 @@ struct EtcdMembershipConfig {
   std::string advertise_address;  // host clients connect to; empty: the listen address
   uint32_t ttl_s = 10;
   uint32_t timeout_ms = 2000;
+  // etcd user/password auth (docs/security.md): the user, and a file whose
+  // first line is the password. Empty user: no auth.
+  std::string user;
+  std::string password_file;
 };
 
 class EtcdRegistration {
@@ -42,7 +46,8 @@ class EtcdRegistration {
   int64_t lease() const { return lease_.load(); }
 
  private:
-  EtcdRegistration(const EtcdMembershipConfig& config, EtcdEndpoint ep, std::string address);
+  EtcdRegistration(const EtcdMembershipConfig& config, EtcdEndpoint ep, EtcdCredentials credentials,
+                   std::string address);
   Status register_once();
   void renew_loop();
 

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <asio.hpp>
+#include <memory>
 #include <thread>
 
 namespace kvtier::net {
@@ -64,11 +65,19 @@ struct HttpEndpoint::Impl {
   asio::ip::tcp::acceptor acceptor{io};
   std::thread thread;
 
-  asio::awaitable<void> serve(asio::ip::tcp::socket socket) {
+  asio::awaitable<void> serve(asio::ip::tcp::socket accepted) {
+    // The deadline's handler may already be queued when the request ends
+    // and this frame is freed: it holds the socket weakly, never a
+    // reference into the frame, and closes without throwing.
+    auto sock = std::make_shared<asio::ip::tcp::socket>(std::move(accepted));
+    asio::ip::tcp::socket& socket = *sock;
     asio::steady_timer deadline(socket.get_executor());
     deadline.expires_after(std::chrono::milliseconds(opts.request_timeout_ms));
-    deadline.async_wait([&socket](std::error_code ec) {
-      if (!ec) socket.close();
+    deadline.async_wait([weak = std::weak_ptr<asio::ip::tcp::socket>(sock)](std::error_code ec) {
+      auto s = weak.lock();
+      if (ec || !s) return;
+      std::error_code ignored;
+      s->close(ignored);
     });
     std::string head;
     HttpResponse resp;

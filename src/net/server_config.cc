@@ -440,6 +440,11 @@ Result<ServerConfig> parse_server_config(std::string_view json_text) {
     KVTIER_RETURN_IF_ERROR(e.get_string("advertise_address", 256, &m.advertise_address));
     KVTIER_RETURN_IF_ERROR(e.get_uint_as("ttl_s", 2, 3600, &m.ttl_s));
     KVTIER_RETURN_IF_ERROR(e.get_uint_as("timeout_ms", 1, 60000, &m.timeout_ms));
+    KVTIER_RETURN_IF_ERROR(e.get_string("user", 256, &m.user));
+    KVTIER_RETURN_IF_ERROR(e.get_string("password_file", 4096, &m.password_file));
+    if (m.user.empty() != m.password_file.empty()) {
+      return Status::invalid_argument("etcd.user and etcd.password_file go together");
+    }
     KVTIER_RETURN_IF_ERROR(e.finish());
     if (m.url.empty()) return Status::invalid_argument("config key 'etcd.url' is required");
     auto ep = parse_etcd_url(m.url);

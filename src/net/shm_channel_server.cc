@@ -134,12 +134,27 @@ Result<ShmLeaseGetResponse> ShmChannelServer::lease_get(const ShmLeaseGetRequest
     return Status::invalid_argument("ShmLeaseGet range outside the shared-memory area");
   }
   ShmLeaseGetResponse resp;
+  // A place among the server's leases, reserved before the lease is taken.
+  bool reserved = false;
   if (ctx_.lease_from_arena && held_ < ctx_.max_leases) {
+    reserved = !ctx_.server_leases || ctx_.server_leases->fetch_add(1) < ctx_.max_server_leases;
+    if (!reserved) ctx_.server_leases->fetch_sub(1);
+  }
+  auto unreserve = [&] {
+    if (reserved && ctx_.server_leases) ctx_.server_leases->fetch_sub(1);
+    reserved = false;
+  };
+  if (reserved) {
     auto lease = ctx_.store->lease_ram(req.ns, req.key);
-    if (!lease.ok()) return lease.status();
+    if (!lease.ok()) {
+      unreserve();
+      return lease.status();
+    }
+    if (!*lease) unreserve();
     if (*lease) {
       if ((*lease)->length > req.buffer_bytes) {
         ctx_.store->release_ram_lease((*lease)->slot);
+        unreserve();
         return Status::invalid_argument(
             fmt::format("buffer of {} bytes is too small for block {} of {} bytes",
                         req.buffer_bytes, req.key.to_hex(), (*lease)->length));
@@ -158,7 +173,7 @@ Result<ShmLeaseGetResponse> ShmChannelServer::lease_get(const ShmLeaseGetRequest
   }
   // Not in RAM (or no more leases for this client): the store copies the
   // block into the client's area, as ShmGet does.
-  auto r = ctx_.store->get(req.ns, req.key, *range);
+  auto r = ctx_.store->get_into_shared(req.ns, req.key, *range);
   if (!r.ok()) return r.status();
   resp.result = GetOutcome::from(*r);
   if (r->hit) {
@@ -176,6 +191,7 @@ void ShmChannelServer::release(uint32_t lease) {
     return;
   }
   ctx_.store->release_ram_lease(it->first);
+  if (ctx_.server_leases) ctx_.server_leases->fetch_sub(1);
   --held_;
   if (--it->second == 0) leases_.erase(it);
 }
@@ -184,6 +200,7 @@ void ShmChannelServer::release_all() {
   for (auto& [slot, count] : leases_) {
     for (uint32_t i = 0; i < count; ++i) ctx_.store->release_ram_lease(slot);
   }
+  if (ctx_.server_leases) ctx_.server_leases->fetch_sub(held_);
   leases_.clear();
   held_ = 0;
 }

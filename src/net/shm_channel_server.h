@@ -37,7 +37,12 @@ struct ShmChannelContext {
   uint32_t max_match_keys = kMaxMatchKeys;
   uint32_t max_descriptor_bytes = kMaxDescriptorBytes;  // a MatchPrefix key list
   uint32_t max_leases = 64;  // held at once; beyond, hits are copied into the area
-  std::string peer;          // for the log
+  // Leases held by every channel of the server together, and their bound
+  // (a share of the RAM tier's slots), so that channels cannot lease all of
+  // RAM between them: past it, hits are copied as well. Unset: no bound.
+  std::shared_ptr<std::atomic<uint64_t>> server_leases;
+  uint64_t max_server_leases = 0;
+  std::string peer;  // for the log
   // The connection's namespace handle check.
   std::function<Status(uint16_t ns)> check_ns;
   // Maps keys sent under `ns` to the store's keys (a tenant's key space;

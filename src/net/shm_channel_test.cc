@@ -4,9 +4,12 @@
 // straight from the arena, disk hits through the client's area, leases
 // released by the client or, when the client goes away, by the server.
 #include <gtest/gtest.h>
+
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <atomic>
+#include <optional>
 
 #include <chrono>
 #include <cstring>
@@ -57,7 +60,8 @@ bool wait_for(const std::function<bool()>& cond) {
 
 // A channel thread on one end of a socketpair; the test speaks the other.
 struct ChannelRig {
-  explicit ChannelRig(uint32_t max_leases = 64) : store(arena_store(16, false)) {
+  explicit ChannelRig(uint32_t max_leases = 64, uint64_t max_server_leases = 0)
+      : store(arena_store(16, false)) {
     ns = *store->register_namespace(channel_namespace());
     auto a = ShmArea::create(4 * kObj);
     EXPECT_TRUE(a.ok());
@@ -72,6 +76,10 @@ struct ChannelRig {
     ctx.lease_from_arena = true;
     ctx.max_object_bytes = kObj;
     ctx.max_leases = max_leases;
+    if (max_server_leases > 0) {
+      ctx.server_leases = server_leases;
+      ctx.max_server_leases = max_server_leases;
+    }
     ctx.peer = "test";
     ctx.check_ns = [this](uint16_t h) {
       return h == ns ? Status::ok_status() : Status::invalid_argument("unknown namespace");
@@ -98,6 +106,7 @@ struct ChannelRig {
     return reader->read(5000);
   }
   std::unique_ptr<kv::Store> store;
+  std::shared_ptr<std::atomic<uint64_t>> server_leases = std::make_shared<std::atomic<uint64_t>>(0);
   uint16_t ns = 0;
   std::shared_ptr<ShmArea> area;
   int client = -1;
@@ -198,6 +207,36 @@ TEST(ShmChannelServer, PastTheLeaseLimitHitsAreCopiedIntoTheArea) {
   EXPECT_EQ(r->placement, ShmPlacement::kArea);
   EXPECT_TRUE(payload_matches(test_key(2), ByteView(rig.area->data() + kObj, kObj)));
   EXPECT_EQ(rig.store->local_stats().ram_leased, 1u);
+}
+
+// Channels together cannot lease all of RAM: past the server-wide bound a
+// hit is copied, and a release makes room again.
+TEST(ShmChannelServer, LeasesAreBoundedServerWideAcrossChannels) {
+  ChannelRig rig(/*max_leases=*/64, /*max_server_leases=*/1);
+  rig.put(1);
+  rig.put(2);
+  auto placement = [&](uint64_t id, uint64_t offset, uint64_t rid,
+                       std::vector<uint32_t> release = {}) -> std::optional<ShmLeaseGetResponse> {
+    auto f =
+        rig.ask(ShmLeaseGetRequest{rig.ns, test_key(id), offset, kObj, std::move(release)}, rid);
+    if (!f.ok()) return std::nullopt;
+    auto r = decode_message_as<ShmLeaseGetResponse>(f->header, f->descriptor);
+    if (!r.ok()) return std::nullopt;
+    return *r;
+  };
+  auto first = placement(1, 0, 1);
+  ASSERT_TRUE(first && first->result.hit);
+  EXPECT_EQ(first->placement, ShmPlacement::kArena);
+  EXPECT_EQ(rig.server_leases->load(), 1u);
+  auto second = placement(2, kObj, 2);
+  ASSERT_TRUE(second && second->result.hit);
+  EXPECT_EQ(second->placement, ShmPlacement::kArea) << "the server-wide bound was not applied";
+  EXPECT_EQ(rig.store->local_stats().ram_leased, 1u);
+  // Releasing the first lease (carried by the next request) makes room.
+  auto third = placement(2, kObj, 3, {first->lease});
+  ASSERT_TRUE(third && third->result.hit);
+  EXPECT_EQ(third->placement, ShmPlacement::kArena);
+  EXPECT_EQ(rig.server_leases->load(), 1u);
 }
 
 // ---- End to end ----

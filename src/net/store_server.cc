@@ -438,6 +438,9 @@ struct StoreServer::Impl {
   // Direct channels (guarded by mu): closed when their connection ends,
   // joined when finished (at the next attach) or at stop.
   std::vector<std::shared_ptr<ShmChannelServer>> channels;
+  // RAM leases held by all direct channels together (shm_channel_server.h).
+  std::shared_ptr<std::atomic<uint64_t>> channel_leases =
+      std::make_shared<std::atomic<uint64_t>>(0);
   std::string bound_address;
   uint16_t bound_port = 0;
 
@@ -977,8 +980,8 @@ struct StoreServer::Impl {
               c, rid, Status::invalid_argument("ShmGet range outside the shared-memory area"));
         }
         MutableByteView out = *range;
-        auto r =
-            co_await run_in_pool(*pool, [&s, &req, out] { return s.get(req.ns, req.key, out); });
+        auto r = co_await run_in_pool(
+            *pool, [&s, &req, out] { return s.get_into_shared(req.ns, req.key, out); });
         if (!r.ok()) co_return co_await send_error(c, rid, r.status());
         if (r->hit) m->shm_bytes.add(r->length);
         co_return co_await send(c, ShmGetResponse{GetOutcome::from(*r)}, rid);
@@ -1290,6 +1293,9 @@ struct StoreServer::Impl {
     ctx.max_object_bytes = limits.max_object_bytes;
     ctx.max_match_keys = limits.max_match_keys;
     ctx.max_descriptor_bytes = limits.max_descriptor_bytes;
+    // Channels together may lease at most half of the RAM tier's slots.
+    ctx.server_leases = channel_leases;
+    ctx.max_server_leases = std::max<uint64_t>(1, store->local_stats().ram_slots / 2);
     ctx.peer = conn->peer;
     // Weak: the connection holds its channel, not the other way round.
     ctx.check_ns = [this, weak = std::weak_ptr<ServerConnection>(conn)](uint16_t ns) {

@@ -4,7 +4,9 @@
 // cannot reach another's blocks, that quotas refuse with a typed error and a
 // metric, and that a legitimate client keeps being served.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
+#include <cstdlib>
 #include <thread>
 
 #include "common/buffer.h"
@@ -346,6 +348,52 @@ TEST(HostileClients, NamespaceHandlesPerConnectionAreBounded) {
   // Tenant a is unaffected.
   auto a = tenant_client(*server, kTokenA, false);
   EXPECT_TRUE(a->register_namespace(test_namespace("fine")).ok());
+}
+
+// Thousands of connections that never say a word, against the store port and
+// the metrics port at once: the server neither crashes nor stops serving; a
+// legitimate client gets in once the silent ones time out. The count is
+// KVTIER_HOSTILE_CONNECTIONS (5000 by default), bounded by the fd limit.
+TEST(HostileClients, ThousandsOfSilentConnectionsDoNotStopService) {
+  rlimit rl{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+  rl.rlim_cur = rl.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &rl);
+  getrlimit(RLIMIT_NOFILE, &rl);
+  size_t want = 5000;
+  if (const char* e = std::getenv("KVTIER_HOSTILE_CONNECTIONS"))
+    want = std::strtoul(e, nullptr, 10);
+  // Each connection is two descriptors here (client and server ends).
+  const size_t n = std::min<size_t>(want, rl.rlim_cur > 400 ? (rl.rlim_cur - 200) / 4 : 0);
+  if (n < 100) GTEST_SKIP() << "descriptor limit too low: " << rl.rlim_cur;
+
+  ServerConfig cfg = test_config();
+  cfg.hello_timeout_ms = 1000;
+  auto server = start_server(cfg);
+  ASSERT_TRUE(server);
+  std::vector<std::unique_ptr<RawClient>> silent;
+  silent.reserve(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    silent.push_back(std::make_unique<RawClient>(server->port()));
+    silent.push_back(std::make_unique<RawClient>(server->metrics_port()));
+  }
+  // A legitimate client is served (after the silent ones' Hello timeout).
+  RemoteStoreOptions o = client_options(server->port());
+  o.shared_memory = false;
+  o.connections = 1;
+  auto c = connect(o, /*must_connect=*/false);
+  ASSERT_TRUE(c->wait_connected(60000).ok());
+  const uint16_t ns = *c->register_namespace(test_namespace());
+  AlignedBuffer buf(kObj);
+  fill_payload(test_key(3), buf.view());
+  EXPECT_TRUE(c->put(ns, test_key(3), buf.view())->stored());
+  const std::string metrics = http_fetch(server->metrics_port(), "/metrics");
+  EXPECT_NE(metrics.find("kvtier_server_connections_total"), std::string::npos);
+  EXPECT_GE(
+      metric_value(metrics, "kvtier_server_connections_refused_total{reason=\"hello_timeout\"}") +
+          metric_value(metrics,
+                       "kvtier_server_connections_refused_total{reason=\"max_connections\"}"),
+      n / 2);
 }
 
 }  // namespace

@@ -154,6 +154,7 @@ class ClusterFixture {
                           {"store", {{"ram_bytes", "32MiB"}, {"max_object_bytes", kObj}}}};
     if (!etcd_url_.empty()) {
       cfg["etcd"] = {{"url", etcd_url_}, {"node_id", id}, {"prefix", "test"}, {"ttl_s", kTtlS}};
+      for (auto it = etcd_auth_.begin(); it != etcd_auth_.end(); ++it) cfg["etcd"][it.key()] = *it;
     }
     fs::path cfg_path = dir_ / (id + ".json");
     std::ofstream(cfg_path) << cfg.dump(2);
@@ -176,12 +177,15 @@ class ClusterFixture {
   }
 
   void kill_node(const std::string& id) { nodes_[id].kill_group(SIGKILL); }
+  // Extra keys of the nodes' "etcd" config (user, password_file).
+  void set_etcd_auth(nlohmann::json auth) { etcd_auth_ = std::move(auth); }
   const std::string& etcd_url() const { return etcd_url_; }
   uint16_t port(const std::string& id) { return ports_[id]; }
 
  private:
   fs::path dir_;
   std::string etcd_url_;
+  nlohmann::json etcd_auth_ = nlohmann::json::object();
   Child etcd_;
   std::map<std::string, Child> nodes_;
   std::map<std::string, uint16_t> ports_;
@@ -411,6 +415,64 @@ std::pair<int, std::string> run_store_stats(const std::vector<std::string>& args
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   int st = pclose(p);
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+// etcd with user/password auth enabled (etcdctl sets up root, a role with
+// read-write on the cluster's prefix and a user for kvtier): a node registers
+// and a client reads the node set with the user's password; without
+// credentials, or with a wrong password, etcd refuses and the password never
+// appears in an error.
+TEST(Cluster, EtcdWithUserPasswordAuth) {
+  fs::path dir = fs::path(KVTIER_SERVICE_TEST_DIR) / "scratch" / "cluster-etcd-auth";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  ClusterFixture fx(dir);
+  ASSERT_EQ(fx.start_etcd(), "");
+  const std::string etcdctl = find_in_path("etcdctl");
+  if (etcdctl.empty()) GTEST_SKIP() << "etcdctl is not installed (apt-get install etcd-client)";
+  const std::string ctl = "ETCDCTL_API=3 " + etcdctl + " --endpoints=" + fx.etcd_url() + " ";
+  for (const std::string& args :
+       {std::string("user add root:root-secret-1"), std::string("user grant-role root root"),
+        std::string("role add kvtier-rw"),
+        std::string("role grant-permission kvtier-rw --prefix=true readwrite /test/"),
+        std::string("user add kvtier:kv-secret-2"), std::string("user grant-role kvtier kvtier-rw"),
+        std::string("auth enable")}) {
+    const std::string cmd = ctl + args + " >>" + (dir / "etcdctl.log").string() + " 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << "\n" << read_all(dir / "etcdctl.log");
+  }
+  const fs::path pw = dir / "kvtier.password";
+  std::ofstream(pw) << "kv-secret-2\n";
+  fx.set_etcd_auth({{"user", "kvtier"}, {"password_file", pw.string()}});
+  ASSERT_EQ(fx.start_node("n1"), "");
+
+  ClusterStoreOptions o;
+  o.etcd_url = fx.etcd_url();
+  o.etcd_prefix = "test";
+  o.etcd_user = "kvtier";
+  o.etcd_password_file = pw.string();
+  auto cs = ClusterStore::open(o);
+  ASSERT_TRUE(cs.ok()) << cs.status().to_string();
+  EXPECT_EQ((*cs)->nodes().size(), 1u);
+
+  // No credentials: etcd refuses the read.
+  ClusterStoreOptions anon = o;
+  anon.etcd_user.clear();
+  anon.etcd_password_file.clear();
+  auto refused = ClusterStore::open(anon);
+  EXPECT_FALSE(refused.ok());
+  // A wrong password: refused, and never echoed.
+  const fs::path wrong = dir / "wrong.password";
+  std::ofstream(wrong) << "not-the-password-3\n";
+  auto creds = load_etcd_credentials("kvtier", wrong.string());
+  ASSERT_TRUE(creds.ok());
+  auto ep = parse_etcd_url(fx.etcd_url());
+  ASSERT_TRUE(ep.ok());
+  EtcdClient bad(*ep, 2000, *creds);
+  auto r = bad.range_prefix("/test/");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message().find("not-the-password-3"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("kvtier"), std::string::npos) << r.status().message();
 }
 
 TEST(Cluster, StaticThreeNodesWithoutEtcdKillOne) {
