@@ -53,11 +53,11 @@ std::string prom_escape(const std::string& s) {
 }  // namespace
 
 Result<std::unique_ptr<BlockDaemon>> BlockDaemon::open(const std::string& config_path,
-                                                       VolumePaths paths,
-                                                       blk::HealthOptions health) {
+                                                       VolumePaths paths, blk::HealthOptions health,
+                                                       blk::RaidRuntimeOptions raid) {
   auto cfg = load_config(config_path);
   if (!cfg.ok()) return cfg.status();
-  std::unique_ptr<BlockDaemon> d(new BlockDaemon(config_path, std::move(paths), health));
+  std::unique_ptr<BlockDaemon> d(new BlockDaemon(config_path, std::move(paths), health, raid));
   std::lock_guard lk(d->mu_);
   for (const auto& v : cfg->volumes) d->add_restored_locked(v);
   for (const auto& e : cfg->exports) {
@@ -202,7 +202,7 @@ Status BlockDaemon::instantiate_locked(const VolumeConfig& cfg, bool format) {
         o.name = cfg.name;
         a = blk::RaidArray::create(members, o);
       } else {
-        a = blk::RaidArray::assemble(members);
+        a = blk::RaidArray::assemble(members, raid_options_);
       }
       if (!a.ok()) return a.status();
       if ((*a)->level() != *level) {

@@ -38,9 +38,11 @@ class BlockDaemon {
   // `health` sets every volume's error thresholds (degraded, failed).
   // File volumes and exports must fit `paths` (volume_paths.h), restored
   // ones included: a restored volume outside it stays listed with its error.
+  // `raid` is how arrays are assembled at start (force_dirty_degraded).
   static Result<std::unique_ptr<BlockDaemon>> open(const std::string& config_path,
                                                    VolumePaths paths,
-                                                   blk::HealthOptions health = {});
+                                                   blk::HealthOptions health = {},
+                                                   blk::RaidRuntimeOptions raid = {});
   ~BlockDaemon();
 
   Result<v1::Volume> create_file(const v1::CreateFileRequest& r);
@@ -88,8 +90,12 @@ class BlockDaemon {
     std::string error;  // set when the export could not be restored
   };
 
-  BlockDaemon(std::string config_path, VolumePaths paths, blk::HealthOptions health)
-      : config_path_(std::move(config_path)), paths_(std::move(paths)), health_options_(health) {}
+  BlockDaemon(std::string config_path, VolumePaths paths, blk::HealthOptions health,
+              blk::RaidRuntimeOptions raid)
+      : config_path_(std::move(config_path)),
+        paths_(std::move(paths)),
+        health_options_(health),
+        raid_options_(raid) {}
   // Builds the device stack of `cfg` (format = false: assemble arrays).
   Status instantiate_locked(const VolumeConfig& cfg, bool format);
   void add_restored_locked(const VolumeConfig& cfg);
@@ -113,6 +119,7 @@ class BlockDaemon {
   const std::string config_path_;
   const VolumePaths paths_;
   const blk::HealthOptions health_options_;
+  const blk::RaidRuntimeOptions raid_options_;
   mutable std::mutex mu_;
   std::vector<std::string> order_;  // creation order (the config's order)
   std::map<std::string, std::unique_ptr<Volume>> volumes_;

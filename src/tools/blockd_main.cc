@@ -93,6 +93,10 @@ int main(int argc, char** argv) {
                  "I/O errors after which a volume is failed: every request then fails at once, so "
                  "an array takes the member out instead of waiting on it (0: never)")
       ->capture_default_str();
+  blk::RaidRuntimeOptions raid;
+  app.add_flag("--assemble-dirty-degraded", raid.force_dirty_degraded,
+               "Assemble parity arrays that come back degraded with rows that were being "
+               "written (the write hole) instead of refusing them; those rows stay marked dirty");
   CLI11_PARSE(app, argc, argv);
   init_logging();
   so.socket_uid = resolve_id(socket_user, false);
@@ -119,7 +123,7 @@ int main(int argc, char** argv) {
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
-  auto daemon = blockd::BlockDaemon::open(config, std::move(*paths), health);
+  auto daemon = blockd::BlockDaemon::open(config, std::move(*paths), health, raid);
   if (!daemon.ok()) {
     std::fprintf(stderr, "kvtier-blockd: %s\n", daemon.status().to_string().c_str());
     return 1;
