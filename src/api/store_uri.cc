@@ -220,6 +220,13 @@ Result<net::RemoteStoreOptions> remote_options(const OptionReader& r) {
   o.shared_memory = *shm;
   o.direct_channel = *direct;
   o.client_name = r.text("client_name", o.client_name);
+  // TLS: a CA turns it on; a certificate and key add mutual TLS.
+  o.tls.ca_file = r.text("tls_ca", "");
+  o.tls.cert_file = r.text("tls_cert", "");
+  o.tls.key_file = r.text("tls_key", "");
+  if (!o.tls.enabled() && (!o.tls.cert_file.empty() || !o.tls.key_file.empty())) {
+    return Status::invalid_argument("tls_cert and tls_key need tls_ca (the server's CA)");
+  }
   const std::string token_file = r.text("token_file", "");
   if (!token_file.empty()) {
     std::ifstream in(token_file);
@@ -299,7 +306,8 @@ const std::vector<std::string>& store_uri_options(Scheme scheme) {
                                                 "disk", "region",     "read_depth"};
   static const std::vector<std::string> remote = {
       "token_file",    "connections",    "timeout_ms",  "connect_timeout_ms",
-      "shared_memory", "direct_channel", "client_name", "wait_ms"};
+      "shared_memory", "direct_channel", "client_name", "wait_ms",
+      "tls_ca",        "tls_cert",       "tls_key"};
   static const std::vector<std::string> etcd = [] {
     auto v = remote;
     v.erase(std::remove(v.begin(), v.end(), "wait_ms"), v.end());

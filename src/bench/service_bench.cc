@@ -30,6 +30,7 @@
 #include "net/remote_store.h"
 #include "net/server_config.h"
 #include "net/store_server.h"
+#include "net/tls_certs.h"
 
 extern char** environ;
 
@@ -180,10 +181,11 @@ kv::Namespace bench_namespace() {
   return ns;
 }
 
-Result<std::unique_ptr<net::RemoteStore>> open_client(uint16_t port, unsigned connections,
-                                                      bool shm) {
+Result<std::unique_ptr<net::RemoteStore>> open_client(uint16_t port, unsigned connections, bool shm,
+                                                      const net::ClientTlsOptions& tls = {}) {
   net::RemoteStoreOptions ro;
   ro.port = port;
+  ro.tls = tls;
   ro.connections = connections;
   ro.shared_memory = shm;
   ro.call_timeout_ms = 10000;
@@ -259,23 +261,28 @@ Result<ServiceBenchResult> run_service_bench(const ServiceBenchOptions& o) {
   const uint32_t obj = o.object_bytes;
   constexpr int kObjects = 64;
   {
-    auto server = BenchServer::start(
-        o, server_config(obj, std::max<uint64_t>(256ull << 20, 2ull * kObjects * obj), 64), "get");
+    const json get_config =
+        server_config(obj, std::max<uint64_t>(256ull << 20, 2ull * kObjects * obj), 64);
+    auto server = BenchServer::start(o, get_config, "get");
     if (!server.ok()) return server.status();
-    auto loader = open_client((*server)->port(), 1, false);
-    if (!loader.ok()) return loader.status();
-    const uint16_t ns = *(*loader)->register_namespace(bench_namespace());
-    AlignedBuffer buf(obj);
-    for (int i = 0; i < kObjects; ++i) {
-      fill_payload(test_key(i + 1), buf.view());
-      auto p = (*loader)->put(ns, test_key(i + 1), buf.view());
-      if (!p.ok() || !p->stored()) return Status::internal("loading the get objects failed");
-    }
-    loader->reset();
+    auto load_objects = [&](uint16_t port, const net::ClientTlsOptions& tls) -> Status {
+      auto loader = open_client(port, 1, false, tls);
+      if (!loader.ok()) return loader.status();
+      const uint16_t ns = *(*loader)->register_namespace(bench_namespace());
+      AlignedBuffer buf(obj);
+      for (int i = 0; i < kObjects; ++i) {
+        fill_payload(test_key(i + 1), buf.view());
+        auto p = (*loader)->put(ns, test_key(i + 1), buf.view());
+        if (!p.ok() || !p->stored()) return Status::internal("loading the get objects failed");
+      }
+      return Status::ok_status();
+    };
+    KVTIER_RETURN_IF_ERROR(load_objects((*server)->port(), {}));
 
     // Gets on one connection; `depth` callers keep that many in flight.
-    auto timed_gets = [&](bool shm, unsigned depth, uint64_t* shm_calls) -> Result<double> {
-      auto c = open_client((*server)->port(), 1, shm);
+    auto timed_gets = [&](bool shm, unsigned depth, uint64_t* shm_calls, uint16_t port,
+                          const net::ClientTlsOptions& tls) -> Result<double> {
+      auto c = open_client(port, 1, shm, tls);
       if (!c.ok()) return c.status();
       const uint16_t h = *(*c)->register_namespace(bench_namespace());
       std::atomic<uint64_t> bytes{0}, errors{0};
@@ -305,11 +312,34 @@ Result<ServiceBenchResult> run_service_bench(const ServiceBenchOptions& o) {
       return bytes / secs;
     };
     say("get over loopback TCP...");
-    auto tcp = timed_gets(false, o.tcp_depth, nullptr);
+    auto tcp = timed_gets(false, o.tcp_depth, nullptr, (*server)->port(), {});
     if (!tcp.ok()) return tcp.status();
+    // The same gets over TLS (server certificate only, AES-GCM as OpenSSL
+    // picks it), from a server with the same config plus its certificate.
+    say("get over loopback TLS...");
+    const std::string pki_dir = fmt::format("{}/kvtier-bench-tls-{}", o.work_dir, getpid());
+    auto pki = net::write_test_pki(pki_dir, {});
+    if (!pki.ok()) return pki.status();
+    struct RemoveDir {
+      std::string d;
+      ~RemoveDir() { std::filesystem::remove_all(d); }
+    } remove_pki{pki_dir};
+    json tls_config = get_config;
+    tls_config["tls"] = {{"cert_file", pki->server_cert}, {"key_file", pki->server_key}};
+    net::ClientTlsOptions tls;
+    tls.ca_file = pki->ca_file;
+    double tls_rate = 0;
+    {
+      auto tls_server = BenchServer::start(o, tls_config, "tls");
+      if (!tls_server.ok()) return tls_server.status();
+      KVTIER_RETURN_IF_ERROR(load_objects((*tls_server)->port(), tls));
+      auto r = timed_gets(false, o.tcp_depth, nullptr, (*tls_server)->port(), tls);
+      if (!r.ok()) return r.status();
+      tls_rate = *r;
+    }
     say("get through shared memory...");
     uint64_t shm_calls = 0;
-    auto shm = timed_gets(true, 1, &shm_calls);
+    auto shm = timed_gets(true, 1, &shm_calls, (*server)->port(), {});
     if (!shm.ok()) return shm.status();
     if (shm_calls == 0) {
       rep.note("shm_note", "the shared-memory path was not used (not offered or not attachable)");
@@ -321,6 +351,11 @@ Result<ServiceBenchResult> run_service_bench(const ServiceBenchOptions& o) {
              fmt::format("get {:.2f} MiB over loopback TCP, 1 connection, {} in flight",
                          obj / 1048576.0, o.tcp_depth),
              *tcp / 1e9, "GB/s", *iperf / 1e9, "iperf3 1 stream", *tcp / *iperf, 0.8, true});
+    rep.add({"tls_get",
+             fmt::format("get {:.2f} MiB over loopback TLS, 1 connection, {} in flight",
+                         obj / 1048576.0, o.tcp_depth),
+             tls_rate / 1e9, "GB/s", *tcp / 1e9, "the same gets over plain TCP", tls_rate / *tcp,
+             0.0, true});  // the cost of TLS, reported; docs/benchmarks.md says what bounds it
     rep.add({"shm_get",
              fmt::format("get {:.2f} MiB through shared memory, 1 thread", obj / 1048576.0),
              *shm / 1e9, "GB/s", mc.bytes_per_second / 1e9, "memcpy 1 thread",

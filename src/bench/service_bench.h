@@ -2,6 +2,7 @@
 // the same machine in one run:
 // - get of large objects (1.5 MiB) from one client over loopback TCP vs a
 //   single-stream iperf3 on loopback (bar 0.8x);
+// - the same gets over TLS vs plain TCP (the cost of encryption; no bar);
 // - get through the same-host shared-memory path vs single-thread memcpy
 //   (bar 0.5x);
 // - match_prefix of 8,192 keys as one RPC: p99 (bar 1 ms);

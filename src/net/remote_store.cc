@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <asio.hpp>
 #include <algorithm>
+#include <asio.hpp>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -173,6 +173,7 @@ enum class CallError { kNone, kUnavailable, kTimeout, kBroken };
 
 struct RemoteStoreShared {
   RemoteStoreOptions opts;
+  std::shared_ptr<asio::ssl::context> tls;  // null: plain TCP
   std::atomic<uint64_t> calls{0}, unavailable{0}, timeouts{0}, broken{0}, sessions{0},
       connect_failures{0}, shm_sessions{0}, shm_calls{0}, shm_retired{0}, shm_up{0},
       direct_channels{0}, direct_gets{0}, arena_reads{0}, direct_matches{0};
@@ -269,8 +270,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
       self->resolver_.cancel();
       self->backoff_timer_.cancel();
       self->deadline_.cancel();
-      self->sock_.shutdown(tcp::socket::shutdown_both, ec);
-      self->sock_.close(ec);
+      self->sock_.close();
     });
   }
 
@@ -369,11 +369,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
   }
 
  private:
-  void abort_socket() {
-    std::error_code ec;
-    sock_.shutdown(tcp::socket::shutdown_both, ec);
-    sock_.close(ec);
-  }
+  void abort_socket() { sock_.close(); }
   // On the strand: breaks session `gen` if it is still the current one (a
   // later session's socket is left alone).
   void abort_session(uint64_t gen) {
@@ -466,13 +462,24 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
     // shutdown() may have closed the old socket while the resolver was
     // finishing; a new one must not outlive it.
     if (closing()) co_return Status::unavailable("client closing");
-    sock_ = tcp::socket(strand_);
-    co_await asio::async_connect(sock_, endpoints, asio::redirect_error(asio::use_awaitable, ec));
+    sock_.reset(strand_);
+    co_await asio::async_connect(sock_.socket(), endpoints,
+                                 asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       co_return Status::unavailable(
           fmt::format("connect to {}:{}: {}", o.host, o.port, ec.message()));
     }
-    sock_.set_option(tcp::no_delay(true), ec);
+    sock_.socket().set_option(tcp::no_delay(true), ec);
+    if (shared_.tls) {
+      sock_.start_tls(*shared_.tls);
+      if (Status st = sock_.expect_server_name(o.host); !st.ok()) co_return st;
+      co_await sock_.async_handshake(asio::ssl::stream_base::client,
+                                     asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) {
+        co_return Status::unavailable(
+            fmt::format("TLS handshake with {}:{}: {}", o.host, o.port, ec.message()));
+      }
+    }
 
     HelloRequest hello;
     hello.client_name = o.client_name.substr(0, kMaxNameBytes);
@@ -764,7 +771,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
   const unsigned index_;
   asio::strand<asio::io_context::executor_type> strand_;
   // Used on the strand only:
-  tcp::socket sock_;
+  NetStream sock_;
   tcp::resolver resolver_;
   asio::steady_timer backoff_timer_;
   asio::steady_timer deadline_;
@@ -1155,6 +1162,13 @@ Result<std::unique_ptr<RemoteStore>> RemoteStore::open(const RemoteStoreOptions&
   }
   auto impl = std::make_unique<Impl>();
   impl->shared.opts = options;
+  if (options.tls.enabled()) {
+    auto ctx = make_client_tls_context(options.tls);
+    if (!ctx.ok()) return Status(ctx.status().code(), "RemoteStore: " + ctx.status().message());
+    impl->shared.tls = std::move(*ctx);
+  } else if (!options.tls.cert_file.empty() || !options.tls.key_file.empty()) {
+    return Status::invalid_argument("RemoteStore: a TLS client certificate needs the CA file too");
+  }
   if (impl->shared.opts.reconnect_min_ms == 0) impl->shared.opts.reconnect_min_ms = 1;
   impl->work.emplace(impl->io.get_executor());
   for (unsigned i = 0; i < options.connections; ++i) {

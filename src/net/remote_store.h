@@ -38,6 +38,7 @@
 #include "kv/store.h"
 #include "kvtier/kv_store.h"
 #include "net/protocol.h"
+#include "net/tls.h"
 
 namespace kvtier::net {
 
@@ -64,6 +65,10 @@ struct RemoteStoreOptions {
   // socket from the calling thread, and RAM hits are copied straight out of
   // the server's RAM arena (one copy; docs/store-service.md).
   bool direct_channel = true;
+  // TLS (docs/security.md, "TLS"): with a CA file the connection is TLS and
+  // the server's certificate must name `host`; a certificate and key add
+  // mutual TLS.
+  ClientTlsOptions tls;
 };
 
 // What the client itself saw (the server's view is stats()).

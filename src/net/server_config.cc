@@ -244,17 +244,21 @@ Result<bool> is_loopback_address(const std::string& address) {
 Status ServerConfig::validate() const {
   auto loop = is_loopback_address(listen_address);
   if (!loop.ok()) return Status::invalid_argument("listen.address: " + loop.status().message());
-  if (!*loop && auth_token.empty() && tenants.empty()) {
+  const bool mutual_tls = tls && !tls->client_ca_file.empty();
+  if (!*loop && auth_token.empty() && tenants.empty() && !mutual_tls) {
     return Status::invalid_argument(fmt::format(
-        "listen.address {} is not loopback: an auth_token is required (the protocol is not "
-        "encrypted; expose it only on a trusted network, with a token)",
+        "listen.address {} is not loopback: a credential is required (auth_token, tenants, or "
+        "tls with client_ca_file); without tls the protocol is not encrypted",
         listen_address));
+  }
+  if (tls && (tls->cert_file.empty() || tls->key_file.empty())) {
+    return Status::invalid_argument("tls needs cert_file and key_file");
   }
   if (!tenants.empty()) {
     if (!auth_token.empty()) {
       return Status::invalid_argument("give auth_token or tenants, not both");
     }
-    std::set<std::string> names, tokens;
+    std::set<std::string> names, tokens, cert_names;
     int arena_tenants = 0;
     for (const auto& t : tenants) {
       if (t.name.empty() || t.name.size() > 64 ||
@@ -267,11 +271,21 @@ Status ServerConfig::validate() const {
       if (!names.insert(t.name).second) {
         return Status::invalid_argument(fmt::format("tenant '{}' is listed twice", t.name));
       }
-      if (t.token.size() < 16 || t.token.size() > kMaxStringBytes) {
-        return Status::invalid_argument(
-            fmt::format("tenant '{}': token must be 16 to {} bytes", t.name, kMaxStringBytes));
+      if (!t.client_cert_cn.empty() && !mutual_tls) {
+        return Status::invalid_argument(fmt::format(
+            "tenant '{}': client_cert_cn needs tls.client_ca_file (mutual TLS)", t.name));
       }
-      if (!tokens.insert(t.token).second) {
+      if (!t.client_cert_cn.empty() && !cert_names.insert(t.client_cert_cn).second) {
+        return Status::invalid_argument(
+            fmt::format("tenant '{}': its client_cert_cn is another tenant's too", t.name));
+      }
+      if (t.token.empty() && !t.client_cert_cn.empty()) {
+        // Certificate only.
+      } else if (t.token.size() < 16 || t.token.size() > kMaxStringBytes) {
+        return Status::invalid_argument(
+            fmt::format("tenant '{}': token must be 16 to {} bytes (or give client_cert_cn only)",
+                        t.name, kMaxStringBytes));
+      } else if (!tokens.insert(t.token).second) {
         return Status::invalid_argument(
             fmt::format("tenant '{}': its token is another tenant's too", t.name));
       }
@@ -406,9 +420,20 @@ Result<ServerConfig> parse_server_config(std::string_view json_text) {
       KVTIER_RETURN_IF_ERROR(
           t.get_uint_as("max_pinned_blocks", 0, 1ull << 32, &tc.max_pinned_blocks));
       KVTIER_RETURN_IF_ERROR(t.get_bool("share_ram_arena", &tc.share_ram_arena));
+      KVTIER_RETURN_IF_ERROR(t.get_string("client_cert_cn", 255, &tc.client_cert_cn));
       KVTIER_RETURN_IF_ERROR(t.finish());
       c.tenants.push_back(std::move(tc));
     }
+  }
+  if (const json* v = f.find("tls")) {
+    KVTIER_RETURN_IF_ERROR(require_object(v, "tls"));
+    Fields t(*v, "tls");
+    ServerTlsConfig tc;
+    KVTIER_RETURN_IF_ERROR(t.get_string("cert_file", 4096, &tc.cert_file));
+    KVTIER_RETURN_IF_ERROR(t.get_string("key_file", 4096, &tc.key_file));
+    KVTIER_RETURN_IF_ERROR(t.get_string("client_ca_file", 4096, &tc.client_ca_file));
+    KVTIER_RETURN_IF_ERROR(t.finish());
+    c.tls = std::move(tc);
   }
   KVTIER_RETURN_IF_ERROR(f.get_uint_as("max_connections", 1, 1u << 20, &c.max_connections));
   uint64_t max_data = c.max_data_bytes;

@@ -4,8 +4,8 @@
 // error that names the key, so a typo never silently falls back to a default.
 //
 // Security rule enforced here, before anything listens: a listener on an
-// address that is not loopback needs a shared auth token, because version 1
-// of the protocol has no encryption (docs/protocol-store.md, "Security").
+// address that is not loopback needs a credential: an auth token, tenants,
+// or mutual TLS (docs/security.md).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +17,7 @@
 #include "common/status.h"
 #include "kv/store.h"
 #include "net/etcd_registration.h"
+#include "net/tls.h"
 
 namespace kvtier::net {
 
@@ -44,7 +45,10 @@ struct StoreConfig {
 // kvtier_server_tenant_refused_total{tenant,quota}.
 struct TenantConfig {
   std::string name;   // [A-Za-z0-9_.-]{1,64}
-  std::string token;  // >= 16 bytes, unique among tenants
+  std::string token;  // >= 16 bytes, unique among tenants (may be empty with client_cert_cn)
+  // Under mutual TLS: a client whose verified certificate has this common
+  // name is this tenant, token or not (a token of another tenant is refused).
+  std::string client_cert_cn;
   uint32_t max_connections = 64;
   uint32_t max_namespaces = 64;       // namespaces registered at once
   uint64_t max_pinned_blocks = 4096;  // blocks pinned at once, all its connections
@@ -66,6 +70,10 @@ struct ServerConfig {
   unsigned io_threads = 2;     // threads running the sockets
   unsigned store_threads = 4;  // threads running (possibly blocking) store calls
   std::string auth_token;      // empty: none (allowed on loopback only)
+  // TLS on the store listener (docs/security.md, "TLS"): a server
+  // certificate, and with client_ca_file mutual TLS (which also stands in
+  // for a token off loopback: only clients holding a certificate get in).
+  std::optional<ServerTlsConfig> tls;
   // Several tenants, each with its own token (then auth_token must be empty).
   std::vector<TenantConfig> tenants;
   uint32_t max_connections = 256;

@@ -258,8 +258,9 @@ struct ServerMetrics {
                                "Shared-memory areas mapped for clients")),
         shm_refused(r.counter("kvtier_server_shm_refused_total",
                               "Shared-memory areas refused (bad nonce, size or seals)")) {
-    for (const char* reason : {"max_connections", "auth", "version", "no_hello", "hello_timeout",
-                               "stopping", "idle_timeout", "write_timeout", "tenant_quota"}) {
+    for (const char* reason :
+         {"max_connections", "auth", "version", "no_hello", "hello_timeout", "stopping",
+          "idle_timeout", "write_timeout", "tenant_quota", "tls"}) {
       refused[reason] = &r.counter("kvtier_server_connections_refused_total",
                                    "Connections refused or closed before serving, by reason",
                                    fmt::format("reason=\"{}\"", reason));
@@ -306,10 +307,12 @@ struct ServerConnection {
         write_timer(sock.get_executor()),
         id(id_),
         reader(kPreHelloLimits) {}
-  tcp::socket sock;
+  NetStream sock;
   asio::steady_timer hello_timer;
   uint64_t id;
   std::string peer;
+  // Under mutual TLS: the common name of the client's verified certificate.
+  std::string cert_name;
   FrameStreamReader reader;
   bool hello_done = false;
   uint16_t version = kProtocolVersionMin;  // until Hello chose one
@@ -384,12 +387,10 @@ struct ServerConnection {
     return s.buf.subview(0, n);
   }
   void close() {
-    std::error_code ec;
     hello_timer.cancel();
     idle_timer.cancel();
     write_deadline.cancel();
-    sock.shutdown(tcp::socket::shutdown_both, ec);
-    sock.close(ec);
+    sock.close();
   }
 };
 
@@ -410,7 +411,8 @@ struct StoreServer::Impl {
   FrameLimits frame_limits;
   std::unique_ptr<ServerMetrics> m;
   std::unique_ptr<TenantRegistry> tenants;
-  mutable std::mutex mu;  // guards the fields below
+  std::shared_ptr<asio::ssl::context> tls;  // null: plain TCP
+  mutable std::mutex mu;                    // guards the fields below
   std::condition_variable cv;
   std::unordered_map<uint64_t, std::shared_ptr<ServerConnection>> conns;
   size_t active = 0;  // connections being served (not the refused ones)
@@ -676,7 +678,15 @@ struct StoreServer::Impl {
     }
     // The token is never logged, whatever happens.
     if (tenants->multi_tenant()) {
-      const TenantConfig* t = tenants->authenticate(req->auth_token);
+      // A verified client certificate names its tenant; a token, if also
+      // given, must name the same one.
+      const TenantConfig* by_cert = tenants->by_certificate(c.cert_name);
+      const TenantConfig* t =
+          req->auth_token.empty() ? nullptr : tenants->authenticate(req->auth_token);
+      if (by_cert && t && t != by_cert)
+        t = nullptr;
+      else if (by_cert)
+        t = by_cert;
       if (!t) {
         m->refused.at("auth")->add();
         spdlog::warn("store server: {} (client '{}'): no tenant has that token; closing", c.peer,
@@ -1047,6 +1057,22 @@ struct StoreServer::Impl {
 
   // ---- connections -----------------------------------------------------------------
 
+  // TLS servers: the handshake, before any frame (within the Hello
+  // deadline the caller armed). False: the connection is done.
+  asio::awaitable<bool> tls_handshake(ServerConnection& c) {
+    if (!c.sock.is_tls()) co_return true;
+    std::error_code ec;
+    co_await c.sock.async_handshake(asio::ssl::stream_base::server,
+                                    asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      m->refused.at("tls")->add();
+      spdlog::warn("store server: {}: TLS handshake failed: {}", c.peer, ec.message());
+      co_return false;
+    }
+    c.cert_name = c.sock.peer_common_name();
+    co_return true;
+  }
+
   asio::awaitable<void> serve(std::shared_ptr<ServerConnection> c) {
     struct Done {
       Impl* impl;
@@ -1063,6 +1089,10 @@ struct StoreServer::Impl {
                    conn->peer, cfg.hello_timeout_ms);
       conn->close();
     });
+    if (!co_await tls_handshake(*c)) {
+      c->close();
+      co_return;
+    }
 
     for (;;) {
       c->next_set();
@@ -1164,10 +1194,22 @@ struct StoreServer::Impl {
       std::shared_ptr<ServerConnection> c;
       ~Done() { impl->finish(*c, true); }
     } done{this, c};
+    if (c->sock.is_tls()) {
+      c->hello_timer.expires_after(std::chrono::milliseconds(cfg.hello_timeout_ms));
+      c->hello_timer.async_wait([c](std::error_code e) {
+        if (!e) c->close();
+      });
+      const bool shaken = co_await tls_handshake(*c);
+      c->hello_timer.cancel();
+      if (!shaken) {
+        c->close();
+        co_return;
+      }
+    }
     co_await send_error(*c, 0, why);
     co_await wait_write(*c);
     std::error_code ec;
-    c->sock.shutdown(tcp::socket::shutdown_send, ec);
+    c->sock.socket().shutdown(tcp::socket::shutdown_send, ec);
     c->hello_timer.expires_after(std::chrono::milliseconds(500));
     c->hello_timer.async_wait([c](std::error_code e) {
       if (!e) c->close();
@@ -1356,6 +1398,7 @@ struct StoreServer::Impl {
         }
         c = std::make_shared<ServerConnection>(std::move(sock), next_id++);
         c->peer = peer;
+        if (tls) c->sock.start_tls(*tls);
         over = active >= cfg.max_connections;
         if (!over) {
           ++active;
@@ -1477,6 +1520,11 @@ Result<std::unique_ptr<StoreServer>> StoreServer::start(const ServerConfig& conf
 
   I.m = std::make_unique<ServerMetrics>(I.store->metrics());
   I.tenants = std::make_unique<TenantRegistry>(I.cfg.tenants, I.store->metrics());
+  if (config.tls) {
+    auto ctx = make_server_tls_context(*config.tls);
+    if (!ctx.ok()) return ctx.status();
+    I.tls = std::move(*ctx);
+  }
   I.setup_mirrors();
 
   std::error_code ec;
@@ -1544,8 +1592,11 @@ Result<std::unique_ptr<StoreServer>> StoreServer::start(const ServerConfig& conf
   for (unsigned i = 0; i < config.io_threads; ++i) {
     I.threads.emplace_back([&I] { I.io.run(); });
   }
-  spdlog::info("store server: listening on {}:{} ({} I/O threads, {} store threads)",
-               I.bound_address, I.bound_port, config.io_threads, config.store_threads);
+  spdlog::info("store server: listening on {}:{} ({} I/O threads, {} store threads, {})",
+               I.bound_address, I.bound_port, config.io_threads, config.store_threads,
+               !config.tls                          ? "plain TCP"
+               : config.tls->client_ca_file.empty() ? "TLS"
+                                                    : "mutual TLS");
   return std::unique_ptr<StoreServer>(new StoreServer(std::move(impl)));
 }
 

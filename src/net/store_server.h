@@ -34,6 +34,7 @@
 #include "kv/store.h"
 #include "net/protocol.h"
 #include "net/server_config.h"
+#include "net/tls.h"
 
 namespace kvtier::net {
 
@@ -55,7 +56,7 @@ class FrameStreamReader {
   static constexpr size_t kReadAhead = 4096;
   // Destination parts per scatter read (below IOV_MAX, and asio's limit of 64).
   static constexpr size_t kMaxReadParts = 32;
-  using Socket = asio::ip::tcp::socket;
+  using Socket = NetStream;
 
   explicit FrameStreamReader(FrameLimits limits = {});
   // Replaces the decoder (new limits, and from now on only `version`); bytes

@@ -64,9 +64,18 @@ const TenantConfig* TenantRegistry::authenticate(std::string_view token) const {
     // the time taken says nothing about which tenant matched.
     unsigned char want[SHA256_DIGEST_LENGTH];
     SHA256(reinterpret_cast<const unsigned char*>(t.token.data()), t.token.size(), want);
-    if (CRYPTO_memcmp(offered, want, sizeof(want)) == 0 && !found) found = &t;
+    // A tenant without a token (certificate only) matches no token.
+    if (CRYPTO_memcmp(offered, want, sizeof(want)) == 0 && !t.token.empty() && !found) found = &t;
   }
   return found;
+}
+
+const TenantConfig* TenantRegistry::by_certificate(std::string_view common_name) const {
+  if (common_name.empty()) return nullptr;
+  for (const auto& t : tenants_) {
+    if (t.client_cert_cn == common_name) return &t;
+  }
+  return nullptr;
 }
 
 Status TenantRegistry::refuse(Counter* c, const TenantConfig& t, const char* quota,

@@ -46,6 +46,9 @@ class TenantRegistry {
   // The tenant whose token this is (compared in constant time, every tenant
   // tried); nullptr if none.
   const TenantConfig* authenticate(std::string_view token) const;
+  // The tenant whose client_cert_cn is `common_name` (a certificate the TLS
+  // handshake verified); nullptr if none.
+  const TenantConfig* by_certificate(std::string_view common_name) const;
 
   // Quotas. acquire_* returns out_of_space naming the quota, or takes one.
   Status acquire_connection(const TenantConfig& t);
