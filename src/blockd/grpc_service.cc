@@ -319,9 +319,16 @@ struct BlockdServer::Impl {
       }
       const PeerCredentials peer = credentials_of(c);
       if (!peer_may_manage(peer, daemon_uid, options.socket_uid, options.socket_gid)) {
-        refused.fetch_add(1);
-        spdlog::warn("blockd: refused management connection from uid {} gid {} on '{}'", peer.uid,
-                     peer.gid, options.socket_path);
+        // Logged at first and then every 1,000th: a stranger opening
+        // thousands of connections must not flood the log (all are counted
+        // in kvtier_blockd_management_refused_total).
+        const uint64_t n = refused.fetch_add(1) + 1;
+        if (n <= 10 || n % 1000 == 0) {
+          spdlog::warn(
+              "blockd: refused management connection from uid {} gid {} on '{}' ({} so "
+              "far)",
+              peer.uid, peer.gid, options.socket_path, n);
+        }
         ::close(c);
         continue;
       }
@@ -360,6 +367,9 @@ Result<std::unique_ptr<BlockdServer>> BlockdServer::start(BlockDaemon& daemon,
   }
   b.RegisterService(s->impl_->service.get());
   // Bounded messages: 4 MiB of data plus framing.
+  // A management connection left idle is closed (the CLI opens one per
+  // command), so idle connections of allowed users cannot pile up for ever.
+  b.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, 60 * 1000);
   b.SetMaxReceiveMessageSize(static_cast<int>(BlockDaemon::kMaxDataBytes + 4096));
   b.SetMaxSendMessageSize(static_cast<int>(BlockDaemon::kMaxDataBytes + 4096));
   s->impl_->server = b.BuildAndStart();

@@ -9,7 +9,9 @@
 #include <grp.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/resource.h>
 
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
@@ -99,6 +101,16 @@ int main(int argc, char** argv) {
                "written (the write hole) instead of refusing them; those rows stay marked dirty");
   CLI11_PARSE(app, argc, argv);
   init_logging();
+  {
+    // Every management connection and volume is a descriptor: use all the
+    // hard limit allows, so that many clients exhaust a bound the operator set,
+    // not the 1,024 a shell's soft limit often is.
+    rlimit rl{};
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+      rl.rlim_cur = rl.rlim_max;
+      (void)setrlimit(RLIMIT_NOFILE, &rl);
+    }
+  }
   so.socket_uid = resolve_id(socket_user, false);
   so.socket_gid = resolve_id(socket_group, true);
   if (so.socket_uid == -2 || so.socket_gid == -2) {
@@ -139,10 +151,16 @@ int main(int argc, char** argv) {
     ho.address = metrics_address;
     ho.port = static_cast<uint16_t>(metrics_port);
     blockd::BlockDaemon* d = daemon->get();
-    auto ep = net::HttpEndpoint::start(ho, [d](const std::string& path) {
+    blockd::BlockdServer* mgmt = server->get();
+    auto ep = net::HttpEndpoint::start(ho, [d, mgmt](const std::string& path) {
       net::HttpResponse r;
       if (path == "/metrics") {
         r.body = d->render_metrics();
+        r.body += fmt::format(
+            "# HELP kvtier_blockd_management_refused_total Management connections refused by "
+            "peer credentials\n# TYPE kvtier_blockd_management_refused_total counter\n"
+            "kvtier_blockd_management_refused_total {}\n",
+            mgmt->refused_connections());
       } else if (path == "/health") {
         r.body = "ok\n";
       } else {

@@ -10,12 +10,16 @@
 //  - Exports off loopback or to any host need the daemon's switches.
 //  - TCP management is mutual TLS only: no certificate, or one from another
 //    CA, is refused.
+//  - 5,000 connections of a stranger and 2,000 idle ones of an allowed user
+//    leave the daemon serving the CLI.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "daemon_harness.h"
 
@@ -103,6 +107,83 @@ TEST_F(BlockdAccessTest, SocketIsOwnerOnlyAndStrangersAreDisconnected) {
   // The legitimate caller is still served.
   auto r = cli(d_, "create-mem m0 --size-mib 1");
   EXPECT_EQ(r.code, 0) << r.err;
+}
+
+// Opens `n` connections to `socket` as `uid`/`gid` in a child process and
+// holds them until all are open; returns how many connected (-1: the child
+// failed).
+int flood_as(const std::string& socket, uid_t uid, gid_t gid, int n) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (setgroups(0, nullptr) != 0 || setgid(gid) != 0 || setuid(uid) != 0) _exit(255);
+    rlimit rl{};
+    getrlimit(RLIMIT_NOFILE, &rl);
+    rl.rlim_cur = std::min<rlim_t>(rl.rlim_max, static_cast<rlim_t>(n) + 64);
+    setrlimit(RLIMIT_NOFILE, &rl);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", socket.c_str());
+    int ok = 0;
+    for (int i = 0; i < n; ++i) {
+      const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+      if (fd < 0) break;
+      if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) ++ok;
+    }
+    _exit(std::min(ok / 100, 254));  // hundreds connected
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) != 255 ? WEXITSTATUS(status) * 100 : -1;
+}
+
+uint64_t refused_metric(int metrics_port) {
+  const std::string body = http_get(metrics_port, "/metrics");
+  const std::string name = "\nkvtier_blockd_management_refused_total ";
+  const size_t at = body.find(name);
+  return at == std::string::npos ? 0 : std::stoull(body.substr(at + name.size()));
+}
+
+TEST_F(BlockdAccessTest, ThousandsOfConnectionsNeitherStarveNorCrashTheDaemon) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to act as an unprivileged user";
+  d_ = start_daemon(config_);
+  ASSERT_TRUE(d_.started);
+  ASSERT_EQ(::chmod(d_.socket.c_str(), 0666), 0);  // the mode no longer keeps strangers out
+  // 5,000 connections of a stranger: each is refused by its credentials.
+  const int connected = flood_as(d_.socket, kNobody, kNogroup, 5000);
+  EXPECT_GE(connected, 5000);
+  // A connect returns once the connection is queued: wait for the daemon to
+  // have looked at the last ones.
+  uint64_t refused = 0;
+  for (int i = 0; i < 600 && refused < 5000; ++i) {
+    refused = refused_metric(d_.metrics_port);
+    if (refused < 5000) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_GE(refused, 5000u);
+  // 2,000 idle connections of an allowed user, held open while the CLI is
+  // served.
+  std::vector<int> held;
+  rlimit rl{};
+  getrlimit(RLIMIT_NOFILE, &rl);
+  rl.rlim_cur = rl.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &rl);
+  // The daemon raises its own limit to the same hard limit; leave it room.
+  const int idle = static_cast<int>(std::min<rlim_t>(2000, rl.rlim_max / 2));
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", d_.socket.c_str());
+  for (int i = 0; i < idle; ++i) {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    held.push_back(fd);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << i;
+  }
+  auto r = cli(d_, "create-mem m1 --size-mib 1");
+  EXPECT_EQ(r.code, 0) << r.err;
+  r = cli(d_, "list");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("m1"), std::string::npos) << r.out;
+  for (int fd : held) ::close(fd);
+  EXPECT_EQ(::kill(d_.pid, 0), 0);  // still running
 }
 
 TEST_F(BlockdAccessTest, SocketGroupMembersMayManage) {

@@ -631,7 +631,7 @@ TEST(StoreService, NonLoopbackWithoutTokenRefusesToStart) {
   std::string why = server.start();
   ASSERT_NE(why, "");
   EXPECT_EQ(server.exit_status(), 2) << why;
-  EXPECT_NE(why.find("auth_token is required"), std::string::npos) << why;
+  EXPECT_NE(why.find("a credential is required"), std::string::npos) << why;
 
   // An unknown key is named.
   fs::path dir2 = dir / "typo";
