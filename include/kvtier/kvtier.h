@@ -67,7 +67,8 @@ typedef enum kvtier_refuse_reason {
   KVTIER_REFUSE_NO_SPACE = 1,
   KVTIER_REFUSE_INDEX_FULL = 2,
   KVTIER_REFUSE_DISK_ERROR = 3,
-  KVTIER_REFUSE_ADMISSION = 4
+  KVTIER_REFUSE_ADMISSION = 4,
+  KVTIER_REFUSE_QUOTA = 5 /* the tenant is at its byte quota (store service) */
 } kvtier_refuse_reason;
 
 typedef enum kvtier_put_outcome {

@@ -34,6 +34,7 @@ enum class RefuseReason : uint8_t {
   kIndexFull,  // the index reached its fixed capacity
   kDiskError,  // the disk tier (or the store service) failed to accept the block
   kAdmission,  // the disk write budget (admission policy) said no
+  kQuota,      // the tenant is at its byte quota (store service, docs/security.md)
   kCount
 };
 const char* refuse_reason_name(RefuseReason r);

@@ -68,7 +68,7 @@ class PutResult:
     stored: bool
     outcome: str  # "stored", "deduplicated", "refused"
     tier: str | None  # "ram", "disk"
-    reason: str | None  # "no_space", "index_full", "disk_error", "admission"
+    reason: str | None  # "no_space", "index_full", "disk_error", "admission", "quota"
     def __bool__(self) -> bool: ...
 
 class GetResult:

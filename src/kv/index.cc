@@ -67,7 +67,8 @@ constexpr auto kRelaxed = std::memory_order_relaxed;
 }  // namespace
 
 Index::Index(uint64_t max_entries, unsigned shards)
-    : shard_count_(std::bit_ceil(std::max(1u, shards))) {
+    : shard_count_(std::bit_ceil(std::max(1u, shards))),
+      by_ns_(std::make_unique<NamespaceCounters[]>(65536)) {
   uint64_t want = static_cast<uint64_t>(static_cast<double>(max_entries) / kDesignLoad) + 1;
   uint64_t per_shard = (want + shard_count_ - 1) / shard_count_ + 8;
   shards_ = std::make_unique<Shard[]>(shard_count_);
@@ -148,6 +149,7 @@ Index::InsertResult Index::insert(const IndexRecord& rec, IndexRecord* existing)
   slot.w[1].store(rec.key.lo, kRelaxed);
   slot.w[0].store(rec.key.hi, kRelaxed);
   s.used.fetch_add(1, kRelaxed);
+  account(rec, +1);
   return InsertResult::kInserted;
 }
 
@@ -166,7 +168,10 @@ bool Index::update(const Key128& key, const std::function<bool(IndexRecord&)>& f
   IndexRecord r;
   Slot& slot = s.table[i];
   unpack(key.hi, key.lo, slot.w[2].load(kRelaxed), slot.w[3].load(kRelaxed), &r);
+  const IndexRecord before = r;
   bool keep = fn(r);
+  account(before, -1);
+  if (keep) account(r, +1);
   WriteSection ws(s.seq);
   if (keep) {
     slot.w[2].store(pack_loc(r), kRelaxed);
@@ -233,6 +238,19 @@ void Index::for_each(const std::function<void(const IndexRecord&)>& fn) const {
       fn(r);
     }
   }
+}
+
+void Index::account(const IndexRecord& r, int64_t sign) {
+  NamespaceCounters& c = by_ns_[r.ns];
+  const auto d = static_cast<uint64_t>(sign);  // two's complement: adds or subtracts
+  c.blocks.fetch_add(d, kRelaxed);
+  if (r.in_ram()) c.ram_bytes.fetch_add(d * r.length, kRelaxed);
+  if (r.on_disk()) c.disk_bytes.fetch_add(d * r.length, kRelaxed);
+}
+
+NamespaceUsage Index::usage(uint16_t ns) const {
+  const NamespaceCounters& c = by_ns_[ns];
+  return {c.blocks.load(kRelaxed), c.ram_bytes.load(kRelaxed), c.disk_bytes.load(kRelaxed)};
 }
 
 uint64_t Index::size() const {

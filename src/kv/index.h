@@ -38,6 +38,14 @@ struct IndexRecord {
   bool on_disk() const { return disk_page != kNoDiskPage; }
 };
 
+// What one namespace holds, as the index counts it (payload bytes: a RAM
+// slot or disk entry takes at least that much).
+struct NamespaceUsage {
+  uint64_t blocks = 0;
+  uint64_t ram_bytes = 0;   // payload bytes of its blocks in RAM
+  uint64_t disk_bytes = 0;  // payload bytes of its blocks on disk
+};
+
 class Index {
  public:
   // Sized so that `max_entries` blocks fill the table to at most 0.75.
@@ -66,6 +74,9 @@ class Index {
   void for_each(const std::function<void(const IndexRecord&)>& fn) const;
 
   uint64_t size() const;
+  // Per namespace handle, kept exact by insert/update/erase (a tenant's
+  // byte quotas, and whether a namespace handle may be reused).
+  NamespaceUsage usage(uint16_t ns) const;
   uint64_t capacity() const { return total_slots_; }
   // Bytes of memory the index holds (table plus shard headers).
   uint64_t memory_bytes() const;
@@ -76,9 +87,15 @@ class Index {
   Shard& shard_of(const Key128& key) const;
   static size_t home_of(const Shard& s, const Key128& key);
 
+  void account(const IndexRecord& r, int64_t sign);
+
   unsigned shard_count_;
   uint64_t total_slots_;
   std::unique_ptr<Shard[]> shards_;
+  struct NamespaceCounters {
+    std::atomic<uint64_t> blocks{0}, ram_bytes{0}, disk_bytes{0};
+  };
+  std::unique_ptr<NamespaceCounters[]> by_ns_;  // 65,536: one per possible handle
 };
 
 }  // namespace kvtier::kv

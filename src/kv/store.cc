@@ -58,6 +58,8 @@ const char* refuse_reason_name(RefuseReason r) {
       return "disk_error";
     case RefuseReason::kAdmission:
       return "admission";
+    case RefuseReason::kQuota:
+      return "quota";
     case RefuseReason::kCount:
       break;
   }
@@ -110,7 +112,8 @@ struct Store::Metrics {
   std::array<Counter*, static_cast<size_t>(RefuseReason::kCount)> refusals{};
 };
 
-Store::Store(const StoreOptions& options) : opts_(options) {}
+Store::Store(const StoreOptions& options)
+    : opts_(options), namespaces_(std::clamp<uint32_t>(options.max_namespaces, 1, 65535)) {}
 
 Store::~Store() {
   if (!closed_) {
@@ -144,6 +147,7 @@ Status Store::init() {
       capacity += opts_.volume->capacity() / disk::entry_bytes(opts_.max_object_bytes);
   }
   index_ = std::make_unique<Index>(capacity, opts_.index_shards);
+  namespaces_.set_blocks_of([index = index_.get()](uint16_t h) { return index->usage(h).blocks; });
   admission_ = std::make_unique<DiskAdmission>(opts_.disk_write_budget_bytes_per_sec,
                                                opts_.disk_write_burst_bytes);
   if (opts_.volume) {
@@ -160,6 +164,10 @@ Result<uint16_t> Store::register_namespace(const Namespace& ns) {
   KVTIER_RETURN_IF_ERROR(ns.validate());
   return namespaces_.intern(ns.digest(), true);
 }
+
+void Store::release_namespace(uint16_t ns) { namespaces_.release(ns); }
+
+NamespaceUsage Store::namespace_usage(uint16_t ns) const { return index_->usage(ns); }
 
 Status Store::check_ns(uint16_t ns) const {
   if (!namespaces_.is_open(ns)) {
@@ -284,6 +292,9 @@ PutResult Store::put_to_disk(uint16_t ns, const Key128& key, ByteView data, uint
 
 Result<PutResult> Store::put(uint16_t ns, const Key128& key, ByteView data) {
   KVTIER_RETURN_IF_ERROR(check_open());
+  // Held until the block is in the index: the handle cannot be reused for
+  // another namespace between the check and the insert.
+  const auto use = namespaces_.use();
   KVTIER_RETURN_IF_ERROR(check_ns(ns));
   KVTIER_RETURN_IF_ERROR(check_key(key));
   if (data.empty() || data.size() > opts_.max_object_bytes) {

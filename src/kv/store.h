@@ -55,6 +55,9 @@ struct StoreOptions {
   // Index capacity in blocks; 0 = RAM slots + volume bytes / object size.
   uint64_t index_capacity = 0;
   unsigned index_shards = 64;
+  // Namespace handles (at most 65,535). A handle no registration holds and
+  // no block carries is reused when the table is full.
+  uint32_t max_namespaces = 65535;
   // Disk admission: write budget in bytes per second (0 = unlimited) and the
   // burst it may run ahead. Over budget, a demotion drops the block and a
   // direct-to-disk put is refused with kAdmission.
@@ -119,6 +122,16 @@ class Store final : public KvStore {
   StoreStats local_stats() const;
   Result<StoreStats> stats() override { return local_stats(); }
   MetricsRegistry& metrics() { return metrics_; }
+  // Drops one registration of `ns` (a store service calls it when the
+  // connection that registered it ends). At zero the handle is closed:
+  // calls with it fail until the namespace is registered again, and once no
+  // block carries it the handle may go to another namespace.
+  void release_namespace(uint16_t ns);
+  // What namespace `ns` holds now (exact, from the index).
+  NamespaceUsage namespace_usage(uint16_t ns) const;
+  size_t namespace_handles() const { return namespaces_.size(); }
+  // The digest handle `ns` stands for now (handles are reused, see above).
+  Key128 namespace_digest(uint16_t ns) const { return namespaces_.digest(ns); }
   const StoreOptions& options() const { return opts_; }
 
  private:

@@ -360,7 +360,8 @@ static_assert(static_cast<int>(kv::PutResult::Outcome::kStored) == 0 &&
 static_assert(static_cast<int>(kv::MissReason::kNotFound) == 1 &&
               static_cast<int>(kv::MissReason::kTimeout) == 6 && kMaxMiss == 6);
 static_assert(static_cast<int>(kv::RefuseReason::kNoSpace) == 1 &&
-              static_cast<int>(kv::RefuseReason::kAdmission) == 4 && kMaxRefuse == 4);
+              static_cast<int>(kv::RefuseReason::kAdmission) == 4 &&
+              static_cast<int>(kv::RefuseReason::kQuota) == 5 && kMaxRefuse == 5);
 static_assert(static_cast<int>(StatusCode::kInvalidArgument) == 1 &&
               static_cast<int>(StatusCode::kInternal) == 11);
 static_assert(static_cast<int>(kv::KeyScheme::kXxh3_128) == 1 &&

@@ -676,7 +676,7 @@ TEST(ProtocolMalformed, BadValue) {
   const Case cases[] = {
       {0x8003, Raw().u8(3).u8(0).u8(0).b, {}},                     // put outcome 3
       {0x8003, Raw().u8(0).u8(3).u8(0).b, {}},                     // tier 3
-      {0x8003, Raw().u8(2).u8(0).u8(5).b, {}},                     // refuse reason 5
+      {0x8003, Raw().u8(2).u8(0).u8(6).b, {}},                     // refuse reason 6
       {0x8004, Raw().u8(2).u8(0).u8(1).u32(0).b, {}},              // hit = 2
       {0x8004, Raw().u8(0).u8(0).u8(7).u32(0).b, {}},              // miss reason 7
       {0x8004, Raw().u8(0).u8(0).u8(1).u32(1).b, {std::byte{1}}},  // a miss with bytes

@@ -420,6 +420,8 @@ Result<ServerConfig> parse_server_config(std::string_view json_text) {
       KVTIER_RETURN_IF_ERROR(
           t.get_uint_as("max_pinned_blocks", 0, 1ull << 32, &tc.max_pinned_blocks));
       KVTIER_RETURN_IF_ERROR(t.get_bool("share_ram_arena", &tc.share_ram_arena));
+      KVTIER_RETURN_IF_ERROR(t.get_size("max_ram_bytes", 0, 1ull << 50, &tc.max_ram_bytes));
+      KVTIER_RETURN_IF_ERROR(t.get_size("max_disk_bytes", 0, 1ull << 50, &tc.max_disk_bytes));
       KVTIER_RETURN_IF_ERROR(t.get_string("client_cert_cn", 255, &tc.client_cert_cn));
       KVTIER_RETURN_IF_ERROR(t.finish());
       c.tenants.push_back(std::move(tc));

@@ -52,6 +52,11 @@ struct TenantConfig {
   uint32_t max_connections = 64;
   uint32_t max_namespaces = 64;       // namespaces registered at once
   uint64_t max_pinned_blocks = 4096;  // blocks pinned at once, all its connections
+  // Payload bytes its namespaces may hold in RAM and on disk (0: no limit).
+  // A put that would go past either is refused (RefuseReason::kQuota) until
+  // eviction or remove() brings the tenant back under it.
+  uint64_t max_ram_bytes = 0;
+  uint64_t max_disk_bytes = 0;
   // The shared RAM arena (reads straight from RAM over the direct channel)
   // lets a client read every block in RAM: only for a tenant that opts in,
   // and only one tenant may (the arena is the store's one RAM tier).

@@ -650,6 +650,33 @@ struct StoreServer::Impl {
     return Status::ok_status();
   }
 
+  // ---- tenants' byte quotas -------------------------------------------------------
+
+  static PutOutcome quota_refusal() {
+    return {kv::PutResult::Outcome::kRefused, kv::Tier::kNone, kv::RefuseReason::kQuota};
+  }
+
+  // How many of `sizes` (puts in order) fit under the connection's tenant's
+  // RAM and disk byte quotas; all of them without a tenant or quota. What a
+  // tenant holds is summed, exactly, over the namespaces whose blocks are
+  // its (tenant_registry.h).
+  size_t quota_admits(ServerConnection& c, std::span<const size_t> sizes) {
+    const TenantConfig* t = c.tenant;
+    if (!t || (t->max_ram_bytes == 0 && t->max_disk_bytes == 0)) return sizes.size();
+    uint64_t ram = 0, disk = 0;
+    for (const auto& [handle, digest] : tenants->holdings(*t)) {
+      if (store->namespace_digest(handle) != digest) {
+        tenants->forget_holding(*t, handle, false);  // the handle went to another namespace
+        continue;
+      }
+      const kv::NamespaceUsage u = store->namespace_usage(handle);
+      if (u.blocks == 0) tenants->forget_holding(*t, handle, true);
+      ram += u.ram_bytes;
+      disk += u.disk_bytes;
+    }
+    return tenants->admit_bytes(*t, ram, disk, sizes);
+  }
+
   // ---- requests ------------------------------------------------------------------
 
   asio::awaitable<bool> handle_hello(ServerConnection& c, const Frame& f) {
@@ -750,9 +777,14 @@ struct StoreServer::Impl {
         const kv::Namespace ns = c.tenant ? tenant_namespace(c.tenant->name, req.ns) : req.ns;
         auto r = s.register_namespace(ns);
         if (!r.ok()) co_return co_await send_error(c, rid, r.status());
-        if (check_ns(c, *r).ok() == false) {
+        // The connection holds one registration of each namespace it
+        // registered (released when it ends): a second one is given back.
+        if (check_ns(c, *r).ok()) {
+          s.release_namespace(*r);
+        } else {
           if (c.tenant) {
-            if (Status st = tenants->acquire_namespace(*c.tenant, *r); !st.ok()) {
+            if (Status st = tenants->acquire_namespace(*c.tenant, *r, ns.digest()); !st.ok()) {
+              s.release_namespace(*r);
               co_return co_await send_error(c, rid, st);
             }
           }
@@ -766,6 +798,9 @@ struct StoreServer::Impl {
         auto& req = std::get<PutRequest>(*msg);
         if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
         req.key = store_key(c, req.ns, req.key);
+        if (quota_admits(c, std::array<size_t, 1>{data.size()}) == 0) {
+          co_return co_await send(c, PutResponse{quota_refusal()}, rid);
+        }
         auto r =
             co_await run_in_pool(*pool, [&s, &req, data] { return s.put(req.ns, req.key, data); });
         if (!r.ok()) co_return co_await send_error(c, rid, r.status());
@@ -822,17 +857,24 @@ struct StoreServer::Impl {
         keys.reserve(req.items.size());
         parts.reserve(req.items.size());
         size_t off = 0;
+        std::vector<size_t> sizes;
         for (const KeyLength& kl : req.items) {
           keys.push_back(store_key(c, req.ns, kl.key));
           parts.push_back(data.subspan(off, kl.length));
+          sizes.push_back(kl.length);
           off += kl.length;
         }
+        // Items past the tenant's byte quota are refused; the rest are put.
+        const size_t admitted = quota_admits(c, sizes);
+        keys.resize(admitted);
+        parts.resize(admitted);
         auto r = co_await run_in_pool(
             *pool, [&s, &req, &keys, &parts] { return s.batch_put(req.ns, keys, parts); });
         if (!r.ok()) co_return co_await send_error(c, rid, r.status());
         BatchPutResponse resp;
-        resp.results.reserve(r->size());
+        resp.results.reserve(req.items.size());
         for (const kv::PutResult& pr : *r) resp.results.push_back(PutOutcome::from(pr));
+        resp.results.resize(req.items.size(), quota_refusal());
         co_return co_await send(c, resp, rid);
       }
       case MessageType::kBatchGetRequest: {
@@ -968,6 +1010,9 @@ struct StoreServer::Impl {
               c, rid, Status::invalid_argument("ShmPut range outside the shared-memory area"));
         }
         ByteView in = *range;
+        if (quota_admits(c, std::array<size_t, 1>{in.size()}) == 0) {
+          co_return co_await send(c, ShmPutResponse{quota_refusal()}, rid);
+        }
         // `area` stays alive (mapped) until the store has copied the bytes.
         auto r = co_await run_in_pool(*pool, [&s, &req, in] { return s.put(req.ns, req.key, in); });
         if (!r.ok()) co_return co_await send_error(c, rid, r.status());
@@ -1237,6 +1282,9 @@ struct StoreServer::Impl {
       for (uint16_t h : c.namespaces) tenants->release_namespace(*c.tenant, h);
       tenants->release_connection(*c.tenant);
     }
+    // The connection's registrations: a namespace no one holds any more is
+    // closed, and its handle reused once its blocks are gone.
+    for (uint16_t h : c.namespaces) store->release_namespace(h);
     c.pinned.clear();
     std::lock_guard lk(mu);
     conns.erase(c.id);

@@ -52,6 +52,16 @@ TenantRegistry::TenantRegistry(const std::vector<TenantConfig>& tenants, Metrics
         &metrics.counter("kvtier_server_tenant_refused_total", help, l + ",quota=\"namespaces\"");
     s.refused_pins = &metrics.counter("kvtier_server_tenant_refused_total", help,
                                       l + ",quota=\"pinned_blocks\"");
+    s.refused_ram =
+        &metrics.counter("kvtier_server_tenant_refused_total", help, l + ",quota=\"ram_bytes\"");
+    s.refused_disk =
+        &metrics.counter("kvtier_server_tenant_refused_total", help, l + ",quota=\"disk_bytes\"");
+    s.ram_bytes =
+        &metrics.gauge("kvtier_server_tenant_ram_bytes",
+                       "Payload bytes a tenant's blocks hold in RAM (at its last put)", l);
+    s.disk_bytes =
+        &metrics.gauge("kvtier_server_tenant_disk_bytes",
+                       "Payload bytes a tenant's blocks hold on disk (at its last put)", l);
   }
 }
 
@@ -102,9 +112,11 @@ void TenantRegistry::release_connection(const TenantConfig& t) {
   s.connections->set(static_cast<int64_t>(s.used.connections));
 }
 
-Status TenantRegistry::acquire_namespace(const TenantConfig& t, uint16_t handle) {
+Status TenantRegistry::acquire_namespace(const TenantConfig& t, uint16_t handle,
+                                         const kv::Key128& digest) {
   std::lock_guard lk(mu_);
   State& s = state_.at(t.name);
+  s.holdings[handle] = digest;
   auto it = s.handles.find(handle);
   if (it != s.handles.end()) {
     ++it->second;
@@ -127,6 +139,44 @@ void TenantRegistry::release_namespace(const TenantConfig& t, uint16_t handle) {
   if (--it->second == 0) s.handles.erase(it);
   s.used.namespaces = s.handles.size();
   s.namespaces->set(static_cast<int64_t>(s.used.namespaces));
+}
+
+std::vector<std::pair<uint16_t, kv::Key128>> TenantRegistry::holdings(const TenantConfig& t) const {
+  std::lock_guard lk(mu_);
+  const State& s = state_.at(t.name);
+  return {s.holdings.begin(), s.holdings.end()};
+}
+
+void TenantRegistry::forget_holding(const TenantConfig& t, uint16_t handle,
+                                    bool only_if_unregistered) {
+  std::lock_guard lk(mu_);
+  State& s = state_.at(t.name);
+  if (only_if_unregistered && s.handles.count(handle)) return;
+  s.holdings.erase(handle);
+}
+
+size_t TenantRegistry::admit_bytes(const TenantConfig& t, uint64_t ram_used, uint64_t disk_used,
+                                   std::span<const size_t> sizes) {
+  std::lock_guard lk(mu_);
+  State& s = state_.at(t.name);
+  s.ram_bytes->set(static_cast<int64_t>(ram_used));
+  s.disk_bytes->set(static_cast<int64_t>(disk_used));
+  size_t n = 0;
+  for (size_t b : sizes) {
+    // A put lands in RAM and may later be written to disk: it must fit both.
+    if (t.max_ram_bytes && ram_used + b > t.max_ram_bytes) {
+      s.refused_ram->add(sizes.size() - n);
+      break;
+    }
+    if (t.max_disk_bytes && disk_used + b > t.max_disk_bytes) {
+      s.refused_disk->add(sizes.size() - n);
+      break;
+    }
+    ram_used += b;
+    disk_used += b;
+    ++n;
+  }
+  return n;
 }
 
 Status TenantRegistry::acquire_pins(const TenantConfig& t, uint64_t blocks) {

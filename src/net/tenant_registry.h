@@ -55,8 +55,22 @@ class TenantRegistry {
   void release_connection(const TenantConfig& t);
   // Namespaces are counted once per tenant however many of its connections
   // registered them (reference-counted per handle).
-  Status acquire_namespace(const TenantConfig& t, uint16_t handle);
+  // `digest`: the store's (salted) digest of the namespace; the tenant's
+  // blocks under it count against its byte quotas, also after the tenant
+  // released it, until the handle stands for another namespace.
+  Status acquire_namespace(const TenantConfig& t, uint16_t handle, const kv::Key128& digest);
   void release_namespace(const TenantConfig& t, uint16_t handle);
+  // Byte quotas. The handles whose blocks are the tenant's, with their
+  // digest (a handle whose store digest differs was reused: forget it).
+  std::vector<std::pair<uint16_t, kv::Key128>> holdings(const TenantConfig& t) const;
+  // Forgets a holding that is no longer the tenant's (reused), or empty and
+  // not registered.
+  void forget_holding(const TenantConfig& t, uint16_t handle, bool only_if_unregistered);
+  // How many of `sizes` (puts in order) fit under the tenant's RAM and disk
+  // byte quotas given what it holds now; refusals are counted
+  // (quota="ram_bytes" / "disk_bytes") and the usage gauges set.
+  size_t admit_bytes(const TenantConfig& t, uint64_t ram_used, uint64_t disk_used,
+                     std::span<const size_t> sizes);
   Status acquire_pins(const TenantConfig& t, uint64_t blocks);
   void release_pins(const TenantConfig& t, uint64_t blocks);
 
@@ -74,7 +88,12 @@ class TenantRegistry {
     Counter* refused_connections = nullptr;
     Counter* refused_namespaces = nullptr;
     Counter* refused_pins = nullptr;
-    std::map<uint16_t, uint32_t> handles;  // registrations per namespace handle
+    Gauge* ram_bytes = nullptr;
+    Gauge* disk_bytes = nullptr;
+    Counter* refused_ram = nullptr;
+    Counter* refused_disk = nullptr;
+    std::map<uint16_t, uint32_t> handles;     // registrations per namespace handle
+    std::map<uint16_t, kv::Key128> holdings;  // handles whose blocks count (see holdings())
   };
   Status refuse(Counter* c, const TenantConfig& t, const char* quota, uint64_t limit) const;
 
