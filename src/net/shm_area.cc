@@ -282,6 +282,21 @@ Result<ShmListener::Received> ShmListener::accept_one(uint32_t timeout_ms) {
   int c = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
   if (c < 0) return errno_status("accept on the shared-memory socket");
   set_timeouts(c, timeout_ms);
+  return receive(c);
+}
+
+int ShmListener::accept_pending(uint32_t timeout_ms) {
+  // The listener blocks; only one thread accepts, so a connection poll sees
+  // waiting is still there for accept.
+  pollfd p{fd_, POLLIN, 0};
+  if (poll(&p, 1, 0) != 1 || (p.revents & POLLIN) == 0) return -1;
+  const int c = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  if (c < 0) return -1;
+  set_timeouts(c, timeout_ms);  // the answer's send, bounded
+  return c;
+}
+
+Result<ShmListener::Received> ShmListener::receive(int c) {
   // The client sends its message with one sendmsg: one recvmsg (not
   // MSG_WAITALL, whose length would have to be known) takes it whole.
   std::byte payload[kAttachV2Bytes + 1];

@@ -108,6 +108,13 @@ class ShmListener {
     int fd = -1;  // owned by the caller
   };
   Result<Received> accept_one(uint32_t timeout_ms);
+  // The same in two steps, for a server that waits on many clients at once
+  // (one that never sends must not hold up the others): accept without
+  // blocking (-1: nobody waiting), then, once poll says the connection is
+  // readable, receive() the message. The connection's send and receive
+  // timeouts are set to `timeout_ms`.
+  int accept_pending(uint32_t timeout_ms);
+  static Result<Received> receive(int conn);
 
  private:
   ShmListener(int fd, std::string name) : fd_(fd), name_(std::move(name)) {}

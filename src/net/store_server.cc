@@ -1299,57 +1299,112 @@ struct StoreServer::Impl {
   // The attach thread: accepts on the abstract Unix socket, maps each area
   // received and hands it to the connection its nonce names. Bounded: a
   // client that connects and sends nothing is dropped after 1 s.
+  // The attach socket's thread. Clients that connected but have not sent
+  // their message yet wait in `pending` (at most kMaxPendingAttaches, each
+  // for at most kAttachTimeoutMs), polled together: one that never sends
+  // holds up nobody else.
+  static constexpr size_t kMaxPendingAttaches = 128;
+  static constexpr uint32_t kAttachTimeoutMs = 1000;
   void shm_attach_loop() {
+    struct Pending {
+      int fd;
+      uint64_t deadline_ns;
+    };
+    std::vector<Pending> pending;
+    auto refuse_pending = [&](const Pending& p, const char* why) {
+      shm_attach_answer(p.fd, false);
+      m->shm_refused.add();
+      spdlog::debug("store server: shared-memory attach refused: {}", why);
+    };
     for (;;) {
-      pollfd fds[2] = {{shm_listener->fd(), POLLIN, 0}, {shm_stop_pipe[0], POLLIN, 0}};
-      if (::poll(fds, 2, -1) < 0) {
+      std::vector<pollfd> fds = {{shm_listener->fd(), POLLIN, 0}, {shm_stop_pipe[0], POLLIN, 0}};
+      uint64_t next = UINT64_MAX;
+      for (const Pending& p : pending) {
+        fds.push_back({p.fd, POLLIN, 0});
+        next = std::min(next, p.deadline_ns);
+      }
+      const uint64_t now = now_ns();
+      const int wait_ms =
+          next == UINT64_MAX ? -1 : static_cast<int>(next > now ? (next - now) / 1000000 + 1 : 0);
+      if (::poll(fds.data(), fds.size(), wait_ms) < 0) {
         if (errno == EINTR) continue;
+        for (const Pending& p : pending) ::close(p.fd);
         return;
       }
-      if (fds[1].revents != 0) return;
-      if ((fds[0].revents & POLLIN) == 0) continue;
-      auto got = shm_listener->accept_one(1000);
-      if (!got.ok()) {
-        m->shm_refused.add();
-        spdlog::warn("store server: shared-memory attach refused: {}", got.status().message());
-        continue;
+      if (fds[1].revents != 0) {
+        for (const Pending& p : pending) ::close(p.fd);
+        return;
       }
-      std::shared_ptr<ServerConnection> conn;
-      {
-        std::lock_guard lk(mu);
-        auto it = shm_waiting.find(got->msg.nonce);
-        if (it != shm_waiting.end()) {
-          conn = it->second.lock();
-          shm_waiting.erase(it);  // a nonce is good for one attach
+      // Readable (or closed) connections first, then the overdue ones.
+      std::vector<Pending> still;
+      const uint64_t t = now_ns();
+      for (size_t i = 0; i < pending.size(); ++i) {
+        if (fds[i + 2].revents != 0) {
+          attach(ShmListener::receive(pending[i].fd));
+        } else if (t >= pending[i].deadline_ns) {
+          refuse_pending(pending[i], "no attach message in time");
+        } else {
+          still.push_back(pending[i]);
         }
       }
-      if (!conn) {
-        ::close(got->fd);
-        shm_attach_answer(got->conn, false);
-        m->shm_refused.add();
-        spdlog::warn("store server: shared-memory attach with an unknown nonce refused");
-        continue;
+      pending = std::move(still);
+      if (fds[0].revents & POLLIN) {
+        for (;;) {
+          const int c = shm_listener->accept_pending(kAttachTimeoutMs);
+          if (c < 0) break;
+          if (pending.size() >= kMaxPendingAttaches) {
+            refuse_pending(pending.front(), "too many attaches waiting");
+            pending.erase(pending.begin());
+          }
+          pending.push_back({c, now_ns() + uint64_t{kAttachTimeoutMs} * 1000000});
+        }
       }
-      auto area = ShmArea::map_received(got->fd, got->msg.area_bytes, cfg.shm_max_area_bytes);
-      if (!area.ok()) {
-        shm_attach_answer(got->conn, false);
-        m->shm_refused.add();
-        spdlog::warn("store server: {}: shared-memory area refused: {}", conn->peer,
-                     area.status().message());
-        continue;
-      }
-      std::shared_ptr<ShmArea> mapped = std::move(*area);
-      {
-        std::lock_guard lk(conn->shm_mu);
-        conn->shm = mapped;
-      }
-      m->shm_attached.add();
-      if (got->msg.version == 1) {
-        shm_attach_answer(got->conn, true);
-        continue;
-      }
-      open_direct_channel(conn, got->conn, got->msg, std::move(mapped));
     }
+  }
+
+  // One attach message, received: maps the client's area for the connection
+  // whose nonce it carries.
+  void attach(Result<ShmListener::Received> got) {
+    if (!got.ok()) {
+      m->shm_refused.add();
+      spdlog::warn("store server: shared-memory attach refused: {}", got.status().message());
+      return;
+    }
+    std::shared_ptr<ServerConnection> conn;
+    {
+      std::lock_guard lk(mu);
+      auto it = shm_waiting.find(got->msg.nonce);
+      if (it != shm_waiting.end()) {
+        conn = it->second.lock();
+        shm_waiting.erase(it);  // a nonce is good for one attach
+      }
+    }
+    if (!conn) {
+      ::close(got->fd);
+      shm_attach_answer(got->conn, false);
+      m->shm_refused.add();
+      spdlog::warn("store server: shared-memory attach with an unknown nonce refused");
+      return;
+    }
+    auto area = ShmArea::map_received(got->fd, got->msg.area_bytes, cfg.shm_max_area_bytes);
+    if (!area.ok()) {
+      shm_attach_answer(got->conn, false);
+      m->shm_refused.add();
+      spdlog::warn("store server: {}: shared-memory area refused: {}", conn->peer,
+                   area.status().message());
+      return;
+    }
+    std::shared_ptr<ShmArea> mapped = std::move(*area);
+    {
+      std::lock_guard lk(conn->shm_mu);
+      conn->shm = mapped;
+    }
+    m->shm_attached.add();
+    if (got->msg.version == 1) {
+      shm_attach_answer(got->conn, true);
+      return;
+    }
+    open_direct_channel(conn, got->conn, got->msg, std::move(mapped));
   }
 
   // Answers a version-2 attach, opening the direct channel on `sock` when the

@@ -5,8 +5,11 @@
 // metric, and that a legitimate client keeps being served.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/un.h>
 
+#include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include "common/buffer.h"
@@ -394,6 +397,47 @@ TEST(HostileClients, ThousandsOfSilentConnectionsDoNotStopService) {
           metric_value(metrics,
                        "kvtier_server_connections_refused_total{reason=\"max_connections\"}"),
       n / 2);
+}
+
+}  // namespace
+}  // namespace kvtier::net
+
+namespace kvtier::net {
+namespace {
+
+using namespace kvtier::net::testing;  // NOLINT
+
+// Local clients that connect to the shared-memory attach socket and never
+// send their message wait beside the others, not in front of them: a client
+// attaching meanwhile gets its area at once (it gave up after
+// connect_timeout_ms when each silent one held the socket for a second).
+TEST(HostileClients, SilentAttachConnectionsDoNotHoldUpOthers) {
+  auto server = start_server();
+  ASSERT_TRUE(server);
+  RawClient raw(server->port());
+  ASSERT_TRUE(raw_session(raw));
+  ASSERT_TRUE(raw.send_message(ShmOfferRequest{}, 3));
+  auto f = raw.read_frame();
+  ASSERT_TRUE(f.ok());
+  auto offer = decode_message_as<ShmOfferResponse>(f->header, f->descriptor);
+  ASSERT_TRUE(offer.ok()) << offer.status().to_string();
+  std::vector<int> silent;
+  for (int i = 0; i < 50; ++i) {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    // Abstract name: a leading NUL, then the name (no terminator).
+    std::memcpy(a.sun_path + 1, offer->socket_name.data(), offer->socket_name.size());
+    const auto len =
+        static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + offer->socket_name.size());
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), len), 0) << i;
+    silent.push_back(fd);
+  }
+  RemoteStoreOptions o = client_options(server->port());
+  o.connections = 1;
+  auto c = connect(o);
+  EXPECT_EQ(c->client_stats().shm_sessions, 1u);
+  for (int fd : silent) ::close(fd);
 }
 
 }  // namespace
