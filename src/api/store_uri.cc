@@ -277,7 +277,11 @@ Result<std::unique_ptr<KvStore>> open_cluster(const StoreUri& uri) {
     auto poll = r.number("poll_ms", co.poll_ms, 10, 600000);
     if (!poll.ok()) return poll.status();
     co.poll_ms = static_cast<uint32_t>(*poll);
-    co.etcd_url = "http://" + uri.hosts.front();
+    // etcd behind TLS: its CA (and a client certificate) make the URL https.
+    co.etcd_tls.ca_file = r.text("etcd_ca", "");
+    co.etcd_tls.cert_file = r.text("etcd_cert", "");
+    co.etcd_tls.key_file = r.text("etcd_key", "");
+    co.etcd_url = (co.etcd_tls.enabled() ? "https://" : "http://") + uri.hosts.front();
     if (!uri.path.empty()) co.etcd_prefix = uri.path;
     co.etcd_user = r.text("etcd_user", "");
     co.etcd_password_file = r.text("etcd_password_file", "");
@@ -314,6 +318,9 @@ const std::vector<std::string>& store_uri_options(Scheme scheme) {
     v.push_back("poll_ms");
     v.push_back("etcd_user");
     v.push_back("etcd_password_file");
+    v.push_back("etcd_ca");
+    v.push_back("etcd_cert");
+    v.push_back("etcd_key");
     return v;
   }();
   static const std::vector<std::string> cluster = [] {

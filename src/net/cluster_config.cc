@@ -79,7 +79,13 @@ Result<ClusterStoreOptions> parse_cluster_client_config(std::string_view json_te
                                               "shared_memory",
                                               "client_name",
                                               "etcd_user",
-                                              "etcd_password_file"};
+                                              "etcd_password_file",
+                                              "etcd_ca_file",
+                                              "etcd_cert_file",
+                                              "etcd_key_file",
+                                              "tls_ca_file",
+                                              "tls_cert_file",
+                                              "tls_key_file"};
   for (auto it = doc.begin(); it != doc.end(); ++it) {
     if (!known.count(it.key())) return bad(fmt::format("unknown key '{}'", it.key()));
   }
@@ -99,8 +105,14 @@ Result<ClusterStoreOptions> parse_cluster_client_config(std::string_view json_te
       if (!ids.insert(n->id).second) return bad(fmt::format("node id '{}' appears twice", n->id));
       o.nodes.push_back(std::move(*n));
     }
-  } else if (o.etcd_url.rfind("http://", 0) != 0) {
-    return bad(fmt::format("etcd_url '{}' must start with http://", o.etcd_url));
+  } else if (o.etcd_url.rfind("http://", 0) != 0 && o.etcd_url.rfind("https://", 0) != 0) {
+    return bad(fmt::format("etcd_url '{}' must start with http:// or https://", o.etcd_url));
+  }
+  KVTIER_RETURN_IF_ERROR(get_string(doc, "etcd_ca_file", &o.etcd_tls.ca_file));
+  KVTIER_RETURN_IF_ERROR(get_string(doc, "etcd_cert_file", &o.etcd_tls.cert_file));
+  KVTIER_RETURN_IF_ERROR(get_string(doc, "etcd_key_file", &o.etcd_tls.key_file));
+  if ((o.etcd_url.rfind("https://", 0) == 0) != o.etcd_tls.enabled()) {
+    return bad("an https etcd_url and etcd_ca_file go together");
   }
   KVTIER_RETURN_IF_ERROR(get_string(doc, "etcd_prefix", &o.etcd_prefix));
   KVTIER_RETURN_IF_ERROR(get_uint(doc, "poll_ms", 1, 3600000, &o.poll_ms));
@@ -113,6 +125,9 @@ Result<ClusterStoreOptions> parse_cluster_client_config(std::string_view json_te
   RemoteStoreOptions& r = o.node_options;
   KVTIER_RETURN_IF_ERROR(get_string(doc, "auth_token", &r.auth_token));
   KVTIER_RETURN_IF_ERROR(get_string(doc, "client_name", &r.client_name));
+  KVTIER_RETURN_IF_ERROR(get_string(doc, "tls_ca_file", &r.tls.ca_file));
+  KVTIER_RETURN_IF_ERROR(get_string(doc, "tls_cert_file", &r.tls.cert_file));
+  KVTIER_RETURN_IF_ERROR(get_string(doc, "tls_key_file", &r.tls.key_file));
   KVTIER_RETURN_IF_ERROR(get_uint(doc, "connections", 1, 1024, &r.connections));
   KVTIER_RETURN_IF_ERROR(get_uint(doc, "call_timeout_ms", 1, 600000, &r.call_timeout_ms));
   KVTIER_RETURN_IF_ERROR(get_uint(doc, "connect_timeout_ms", 1, 600000, &r.connect_timeout_ms));

@@ -163,6 +163,7 @@ struct ClusterStore::Impl {
     std::lock_guard<std::mutex> r(refresh_mu);
     auto credentials = load_etcd_credentials(options.etcd_user, options.etcd_password_file);
     if (!credentials.ok()) return credentials.status();
+    credentials->tls = options.etcd_tls;
     auto nodes = read_etcd_nodes(options.etcd_url, options.etcd_prefix, options.etcd_timeout_ms,
                                  *credentials);
     if (!nodes.ok()) return nodes.status();

@@ -59,6 +59,8 @@ struct ClusterStoreOptions {
   // etcd user/password auth: the user and a file holding the password.
   std::string etcd_user;
   std::string etcd_password_file;
+  // etcd behind TLS (an https etcd_url): its CA, and a client certificate.
+  ClientTlsOptions etcd_tls;
   // Options of each node's RemoteStore (host and port are replaced).
   RemoteStoreOptions node_options;
 };

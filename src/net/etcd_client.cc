@@ -81,17 +81,24 @@ Result<std::string> dechunk(std::string_view in, size_t max_bytes) {
 
 }  // namespace
 
-std::string EtcdEndpoint::url() const { return fmt::format("http://{}:{}", host, port); }
+std::string EtcdEndpoint::url() const {
+  return fmt::format("{}://{}:{}", tls ? "https" : "http", host, port);
+}
 
 Result<EtcdEndpoint> parse_etcd_url(std::string_view url) {
-  constexpr std::string_view kScheme = "http://";
-  if (url.substr(0, kScheme.size()) != kScheme) {
-    return Status::invalid_argument(
-        fmt::format("etcd URL '{}' must start with http:// (https is not supported)", url));
-  }
-  std::string_view rest = url.substr(kScheme.size());
-  while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
+  constexpr std::string_view kHttp = "http://", kHttps = "https://";
   EtcdEndpoint ep;
+  std::string_view rest;
+  if (url.substr(0, kHttp.size()) == kHttp) {
+    rest = url.substr(kHttp.size());
+  } else if (url.substr(0, kHttps.size()) == kHttps) {
+    rest = url.substr(kHttps.size());
+    ep.tls = true;
+  } else {
+    return Status::invalid_argument(
+        fmt::format("etcd URL '{}' must start with http:// or https://", url));
+  }
+  while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
   size_t colon = rest.rfind(':');
   if (colon == std::string_view::npos || (rest.front() == '[' && rest.back() == ']')) {
     ep.host = std::string(rest);
@@ -209,10 +216,11 @@ Result<int64_t> parse_etcd_keepalive_response(std::string_view body) {
 
 Result<std::string> http_call(const std::string& host, uint16_t port, const char* method,
                               const std::string& path, const std::string& body, uint32_t timeout_ms,
-                              size_t max_response_bytes, const std::string& authorization) {
+                              size_t max_response_bytes, const std::string& authorization,
+                              asio::ssl::context* tls) {
   asio::io_context io;
   asio::ip::tcp::resolver resolver(io);
-  asio::ip::tcp::socket sock(io);
+  NetStream sock(io.get_executor());
   const std::string auth_header =
       authorization.empty() ? "" : fmt::format("Authorization: {}\r\n", authorization);
   std::string request = fmt::format(
@@ -232,7 +240,19 @@ Result<std::string> http_call(const std::string& host, uint16_t port, const char
         return;
       }
       if (ec) {
-        if (ec != asio::error::eof) result_ec = ec;
+        // A TLS peer that closes without close_notify: the body is checked
+        // (lengths, JSON) like any other.
+        if (ec != asio::error::eof && ec != asio::ssl::error::stream_truncated) result_ec = ec;
+        done = true;
+        return;
+      }
+      read_more();
+    });
+  };
+  auto send_request = [&] {
+    asio::async_write(sock, asio::buffer(request), [&](std::error_code ec3, size_t) {
+      if (ec3) {
+        result_ec = ec3;
         done = true;
         return;
       }
@@ -245,24 +265,34 @@ Result<std::string> http_call(const std::string& host, uint16_t port, const char
       done = true;
       return;
     }
-    asio::async_connect(sock, results, [&](std::error_code ec2, const auto&) {
+    asio::async_connect(sock.socket(), results, [&](std::error_code ec2, const auto&) {
       if (ec2) {
         result_ec = ec2;
         done = true;
         return;
       }
-      asio::async_write(sock, asio::buffer(request), [&](std::error_code ec3, size_t) {
-        if (ec3) {
-          result_ec = ec3;
+      if (!tls) {
+        send_request();
+        return;
+      }
+      sock.start_tls(*tls);
+      if (!sock.expect_server_name(host).ok()) {
+        result_ec = std::make_error_code(std::errc::invalid_argument);
+        done = true;
+        return;
+      }
+      sock.async_handshake(asio::ssl::stream_base::client, [&](std::error_code ec4) {
+        if (ec4) {
+          result_ec = ec4;
           done = true;
           return;
         }
-        read_more();
+        send_request();
       });
     });
   });
   io.run_for(std::chrono::milliseconds(timeout_ms));
-  std::string where = fmt::format("http://{}:{}{}", host, port, path);
+  std::string where = fmt::format("{}://{}:{}{}", tls ? "https" : "http", host, port, path);
   if (!done) {
     return Status::timeout(fmt::format("{}: no complete answer within {} ms", where, timeout_ms));
   }
@@ -320,8 +350,9 @@ Result<EtcdCredentials> load_etcd_credentials(const std::string& user,
 
 Result<std::string> EtcdClient::authenticate() {
   json req = {{"name", credentials_.user}, {"password", credentials_.password}};
+  KVTIER_ASSIGN_OR_RETURN(asio::ssl::context * tls, tls_context());
   auto body = http_call(endpoint_.host, endpoint_.port, "POST", "/v3/auth/authenticate", req.dump(),
-                        timeout_ms_, kMaxEtcdResponseBytes);
+                        timeout_ms_, kMaxEtcdResponseBytes, "", tls);
   if (!body.ok()) {
     // The message may quote etcd's answer, never the request (the password).
     return Status(body.status().code(), fmt::format("etcd authentication as '{}': {}",
@@ -335,11 +366,33 @@ Result<std::string> EtcdClient::authenticate() {
   return j["token"].get<std::string>();
 }
 
+Result<asio::ssl::context*> EtcdClient::tls_context() {
+  if (!endpoint_.tls) {
+    if (credentials_.tls.enabled()) {
+      return Status::invalid_argument(
+          fmt::format("etcd {}: a TLS CA is configured but the URL is not https", endpoint_.url()));
+    }
+    return nullptr;
+  }
+  std::lock_guard lk(token_mu_);
+  if (!tls_) {
+    if (!credentials_.tls.enabled()) {
+      return Status::invalid_argument(
+          fmt::format("etcd {}: https needs the CA file of etcd's certificate", endpoint_.url()));
+    }
+    auto ctx = make_client_tls_context(credentials_.tls);
+    if (!ctx.ok()) return Status(ctx.status().code(), "etcd: " + ctx.status().message());
+    tls_ = std::move(*ctx);
+  }
+  return tls_.get();
+}
+
 Result<std::string> EtcdClient::call(const char* method, const std::string& path,
                                      const std::string& body) {
+  KVTIER_ASSIGN_OR_RETURN(asio::ssl::context * tls, tls_context());
   if (credentials_.empty()) {
     return http_call(endpoint_.host, endpoint_.port, method, path, body, timeout_ms_,
-                     kMaxEtcdResponseBytes);
+                     kMaxEtcdResponseBytes, "", tls);
   }
   for (int attempt = 0; attempt < 2; ++attempt) {
     std::string token;
@@ -353,7 +406,7 @@ Result<std::string> EtcdClient::call(const char* method, const std::string& path
       token_ = token;
     }
     auto r = http_call(endpoint_.host, endpoint_.port, method, path, body, timeout_ms_,
-                       kMaxEtcdResponseBytes, token);
+                       kMaxEtcdResponseBytes, token, tls);
     // An expired or revoked token: authenticate again, once.
     const bool stale = (!r.ok() && r.status().message().find("token") != std::string::npos) ||
                        (r.ok() && r->find("invalid auth token") != std::string::npos);

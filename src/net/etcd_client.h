@@ -1,6 +1,6 @@
 // EtcdClient: the few etcd v3 calls the store cluster needs (put, range over
 // a prefix, lease grant/keep-alive/revoke), spoken as JSON to etcd's gRPC
-// gateway over plain HTTP/1.1 (POST /v3/kv/put, /v3/kv/range,
+// gateway over HTTP/1.1, plain or TLS (POST /v3/kv/put, /v3/kv/range,
 // /v3/lease/grant, /v3/lease/keepalive, /v3/lease/revoke). Keys and values
 // travel base64-encoded; 64-bit integers come back as JSON strings.
 //
@@ -26,15 +26,18 @@
 #include <vector>
 
 #include "common/status.h"
+#include "net/tls.h"
 
 namespace kvtier::net {
 
 constexpr size_t kMaxEtcdResponseBytes = 16u << 20;
 
-// "http://host:port" (https is not supported: etcd on a trusted network or loopback).
+// "http://host:port", or "https://host:port" for etcd behind TLS (then the
+// credentials carry the CA that signed etcd's certificate).
 struct EtcdEndpoint {
   std::string host;
   uint16_t port = 2379;
+  bool tls = false;
   std::string url() const;
 };
 Result<EtcdEndpoint> parse_etcd_url(std::string_view url);
@@ -66,9 +69,13 @@ Result<int64_t> parse_etcd_keepalive_response(std::string_view body);
 
 // etcd user and password (empty user: no auth). `password_file` holds the
 // password (first line) so it never sits in a config or a command line.
+// With TLS (an https URL): the CA of etcd's certificate, and a client
+// certificate and key when etcd asks for one (--client-cert-auth; etcd then
+// takes the certificate's common name as the user, docs/security.md).
 struct EtcdCredentials {
   std::string user;
   std::string password;
+  ClientTlsOptions tls;
   bool empty() const { return user.empty(); }
 };
 // Reads the password of `user` from `password_file` (empty user: none).
@@ -95,19 +102,23 @@ class EtcdClient {
  private:
   Result<std::string> call(const char* method, const std::string& path, const std::string& body);
   Result<std::string> authenticate();
+  Result<asio::ssl::context*> tls_context();
   EtcdEndpoint endpoint_;
   uint32_t timeout_ms_;
   EtcdCredentials credentials_;
   std::mutex token_mu_;
-  std::string token_;  // guarded by token_mu_
+  std::string token_;                        // guarded by token_mu_
+  std::shared_ptr<asio::ssl::context> tls_;  // made at the first call; guarded by token_mu_
 };
 
 // One HTTP/1.1 exchange with Connection: close; returns the body of a 200
 // answer (chunked or not), else an error with the status line and body.
-// `authorization`, when set, is sent as the Authorization header.
+// `authorization`, when set, is sent as the Authorization header. With
+// `tls`, the exchange is HTTPS and the certificate must name `host`.
 // Exposed for the CLI and tests.
 Result<std::string> http_call(const std::string& host, uint16_t port, const char* method,
                               const std::string& path, const std::string& body, uint32_t timeout_ms,
-                              size_t max_response_bytes, const std::string& authorization = "");
+                              size_t max_response_bytes, const std::string& authorization = "",
+                              asio::ssl::context* tls = nullptr);
 
 }  // namespace kvtier::net

@@ -100,7 +100,12 @@ TEST(EtcdJson, UrlsAndNodeAddresses) {
   ASSERT_TRUE(ep.ok());
   EXPECT_EQ(ep->host, "127.0.0.1");
   EXPECT_EQ(ep->port, 2379);
-  EXPECT_FALSE(parse_etcd_url("https://x:1").ok());
+  EXPECT_FALSE(ep->tls);
+  auto tls = parse_etcd_url("https://x:1");
+  ASSERT_TRUE(tls.ok());
+  EXPECT_TRUE(tls->tls);
+  EXPECT_EQ(tls->url(), "https://x:1");
+  EXPECT_FALSE(parse_etcd_url("ftp://x:1").ok());
   EXPECT_FALSE(parse_etcd_url("http://x:0").ok());
   EXPECT_FALSE(parse_etcd_url("http://:12").ok());
   auto n = parse_node_address("a", "[::1]:7470");

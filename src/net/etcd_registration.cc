@@ -25,6 +25,17 @@ Result<std::unique_ptr<EtcdRegistration>> EtcdRegistration::start(
   if (config.ttl_s < 2) return Status::invalid_argument("etcd.ttl_s must be >= 2");
   auto credentials = load_etcd_credentials(config.user, config.password_file);
   if (!credentials.ok()) return credentials.status();
+  credentials->tls = config.tls;
+  if (!config.tls.cert_file.empty()) {
+    auto cn = certificate_common_name(config.tls.cert_file);
+    if (!cn.ok()) return cn.status();
+    if (*cn != config.node_id) {
+      return Status::permission_denied(fmt::format(
+          "etcd.node_id '{}' is not the common name of its certificate '{}' ('{}'): a node "
+          "registers only as the node its certificate names",
+          config.node_id, config.tls.cert_file, *cn));
+    }
+  }
   std::unique_ptr<EtcdRegistration> r(
       new EtcdRegistration(config, *ep, std::move(*credentials), address));
   KVTIER_RETURN_IF_ERROR(r->register_once());

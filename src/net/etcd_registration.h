@@ -33,6 +33,11 @@ struct EtcdMembershipConfig {
   // first line is the password. Empty user: no auth.
   std::string user;
   std::string password_file;
+  // etcd behind TLS (an https url): its CA and this node's certificate.
+  // With a certificate, node_id must be its common name: the node's
+  // identity is what its certificate says (and, under etcd's
+  // --client-cert-auth, its etcd user; docs/security.md).
+  ClientTlsOptions tls;
 };
 
 class EtcdRegistration {

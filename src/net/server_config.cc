@@ -469,6 +469,12 @@ Result<ServerConfig> parse_server_config(std::string_view json_text) {
     KVTIER_RETURN_IF_ERROR(e.get_uint_as("timeout_ms", 1, 60000, &m.timeout_ms));
     KVTIER_RETURN_IF_ERROR(e.get_string("user", 256, &m.user));
     KVTIER_RETURN_IF_ERROR(e.get_string("password_file", 4096, &m.password_file));
+    KVTIER_RETURN_IF_ERROR(e.get_string("ca_file", 4096, &m.tls.ca_file));
+    KVTIER_RETURN_IF_ERROR(e.get_string("cert_file", 4096, &m.tls.cert_file));
+    KVTIER_RETURN_IF_ERROR(e.get_string("key_file", 4096, &m.tls.key_file));
+    if ((m.url.rfind("https://", 0) == 0) != m.tls.enabled()) {
+      return Status::invalid_argument("an https etcd.url and etcd.ca_file go together");
+    }
     if (m.user.empty() != m.password_file.empty()) {
       return Status::invalid_argument("etcd.user and etcd.password_file go together");
     }

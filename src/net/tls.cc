@@ -1,9 +1,12 @@
 #include "net/tls.h"
 
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
 #include <fmt/format.h>
+
+#include <cstdio>
 
 namespace kvtier::net {
 
@@ -76,6 +79,20 @@ Result<std::shared_ptr<asio::ssl::context>> make_client_tls_context(const Client
     }));
   }
   return ctx;
+}
+
+Result<std::string> certificate_common_name(const std::string& pem_file) {
+  FILE* f = std::fopen(pem_file.c_str(), "r");
+  if (!f) return Status::invalid_argument(fmt::format("cannot read certificate '{}'", pem_file));
+  X509* cert = PEM_read_X509(f, nullptr, nullptr, nullptr);
+  std::fclose(f);
+  if (!cert) return Status::invalid_argument(fmt::format("'{}' holds no certificate", pem_file));
+  char cn[256] = {};
+  const int n =
+      X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof cn);
+  X509_free(cert);
+  if (n <= 0) return Status::invalid_argument(fmt::format("'{}' has no common name", pem_file));
+  return std::string(cn, static_cast<size_t>(n));
 }
 
 Status NetStream::expect_server_name(const std::string& host) {

@@ -42,6 +42,8 @@ struct ClientTlsOptions {
 Result<std::shared_ptr<asio::ssl::context>> make_server_tls_context(const ServerTlsConfig& config);
 Result<std::shared_ptr<asio::ssl::context>> make_client_tls_context(
     const ClientTlsOptions& options);
+// The subject common name of the first certificate in a PEM file.
+Result<std::string> certificate_common_name(const std::string& pem_file);
 
 class NetStream {
  public:

@@ -303,10 +303,18 @@ struct NodesCli {
   std::string prefix = "kvtier";
   uint32_t timeout_ms = 2000;
   bool json = false;
+  std::string user, password_file;
+  net::ClientTlsOptions tls;
 };
 
 int run_nodes(const NodesCli& cli) {
-  auto nodes = net::read_etcd_nodes(cli.etcd_url, cli.prefix, cli.timeout_ms);
+  auto credentials = net::load_etcd_credentials(cli.user, cli.password_file);
+  if (!credentials.ok()) {
+    std::fprintf(stderr, "kvtier store nodes: %s\n", credentials.status().to_string().c_str());
+    return 2;
+  }
+  credentials->tls = cli.tls;
+  auto nodes = net::read_etcd_nodes(cli.etcd_url, cli.prefix, cli.timeout_ms, *credentials);
   if (!nodes.ok()) {
     std::fprintf(stderr, "kvtier store nodes: %s\n", nodes.status().to_string().c_str());
     return 1;
@@ -376,8 +384,15 @@ void add_store_commands(CLI::App& app) {
   auto ncli = std::make_shared<NodesCli>();
   auto* nodes = store->add_subcommand(
       "nodes", "List the live store nodes registered in etcd (a read of /<prefix>/nodes/)");
-  nodes->add_option("--etcd", ncli->etcd_url, "etcd client URL (http://HOST:PORT)")
+  nodes->add_option("--etcd", ncli->etcd_url, "etcd client URL (http://HOST:PORT or https://...)")
       ->capture_default_str();
+  nodes->add_option("--etcd-user", ncli->user, "etcd user (user/password auth)");
+  nodes->add_option("--etcd-password-file", ncli->password_file,
+                    "File whose first line is the etcd user's password");
+  nodes->add_option("--etcd-ca", ncli->tls.ca_file, "CA of etcd's certificate (https URLs)");
+  nodes->add_option("--etcd-cert", ncli->tls.cert_file,
+                    "Client certificate, when etcd asks for one");
+  nodes->add_option("--etcd-key", ncli->tls.key_file, "Key of --etcd-cert");
   nodes->add_option("--prefix", ncli->prefix, "Key prefix the nodes register under")
       ->capture_default_str();
   nodes->add_option("--timeout-ms", ncli->timeout_ms, "etcd call timeout")

@@ -30,6 +30,7 @@
 #include "net/etcd_client.h"
 #include "net/placement.h"
 #include "net/remote_store.h"
+#include "net/tls_certs.h"
 
 extern char** environ;
 
@@ -121,22 +122,46 @@ class ClusterFixture {
  public:
   explicit ClusterFixture(fs::path dir) : dir_(std::move(dir)) {}
 
-  // Starts etcd and waits until it answers a range. Empty on success.
-  std::string start_etcd() {
+  // Starts etcd and waits until it answers a range. Empty on success. With
+  // `pki`, etcd serves clients over TLS and asks for client certificates of
+  // that CA (the readiness check presents `pki`'s "reader").
+  std::string start_etcd(const TestPki* pki = nullptr) {
     std::string etcd = find_in_path("etcd");
     if (etcd.empty()) {
       return "the etcd binary is not installed (apt-get install etcd-server): this test needs a "
              "real etcd";
     }
     uint16_t client = free_port(), peer = free_port();
-    etcd_url_ = "http://127.0.0.1:" + std::to_string(client);
+    etcd_url_ = std::string(pki ? "https" : "http") + "://127.0.0.1:" + std::to_string(client);
     std::string peer_url = "http://127.0.0.1:" + std::to_string(peer);
-    etcd_ = Child({etcd, "--name", "kvtier-test", "--data-dir", (dir_ / "etcd-data").string(),
-                   "--listen-client-urls", etcd_url_, "--advertise-client-urls", etcd_url_,
-                   "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
-                   "--initial-cluster", "kvtier-test=" + peer_url, "--log-level", "warn"},
-                  dir_ / "etcd.log");
-    EtcdClient c(EtcdEndpoint{"127.0.0.1", client}, 500);
+    std::vector<std::string> args = {etcd,
+                                     "--name",
+                                     "kvtier-test",
+                                     "--data-dir",
+                                     (dir_ / "etcd-data").string(),
+                                     "--listen-client-urls",
+                                     etcd_url_,
+                                     "--advertise-client-urls",
+                                     etcd_url_,
+                                     "--listen-peer-urls",
+                                     peer_url,
+                                     "--initial-advertise-peer-urls",
+                                     peer_url,
+                                     "--initial-cluster",
+                                     "kvtier-test=" + peer_url,
+                                     "--log-level",
+                                     "warn"};
+    EtcdCredentials creds;
+    if (pki) {
+      for (const std::string& a :
+           {"--cert-file", pki->server_cert.c_str(), "--key-file", pki->server_key.c_str(),
+            "--trusted-ca-file", pki->ca_file.c_str(), "--client-cert-auth"}) {
+        args.push_back(a);
+      }
+      creds.tls = {pki->ca_file, pki->client_cert("reader"), pki->client_key("reader")};
+    }
+    etcd_ = Child(args, dir_ / "etcd.log");
+    EtcdClient c(EtcdEndpoint{"127.0.0.1", client, pki != nullptr}, 500, creds);
     auto until = Clock::now() + std::chrono::seconds(20);
     while (Clock::now() < until) {
       if (c.range_prefix("/").ok()) return "";
@@ -473,6 +498,47 @@ TEST(Cluster, EtcdWithUserPasswordAuth) {
   EXPECT_EQ(r.status().message().find("not-the-password-3"), std::string::npos)
       << r.status().message();
   EXPECT_NE(r.status().message().find("kvtier"), std::string::npos) << r.status().message();
+}
+
+// etcd behind mutual TLS (its client port https, client certificates of one
+// CA required): a node registers with its own certificate; a node whose
+// node_id is not its certificate's name refuses to start; a client reads
+// the node set with a certificate, and without one, or over plain HTTP, it
+// cannot.
+TEST(Cluster, EtcdOverMutualTlsAndNodeIdentity) {
+  fs::path dir = fs::path(KVTIER_SERVICE_TEST_DIR) / "scratch" / "cluster-etcd-tls";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto pki = write_test_pki((dir / "pki").string(), {"n1", "reader"});
+  ASSERT_TRUE(pki.ok()) << pki.status().to_string();
+  ClusterFixture fx(dir);
+  ASSERT_EQ(fx.start_etcd(&*pki), "");
+  fx.set_etcd_auth({{"ca_file", pki->ca_file},
+                    {"cert_file", pki->client_cert("n1")},
+                    {"key_file", pki->client_key("n1")}});
+  ASSERT_EQ(fx.start_node("n1"), "");
+  // n1's certificate cannot register another node.
+  const std::string impostor = fx.start_node("n2");
+  EXPECT_NE(impostor.find("common name"), std::string::npos) << impostor;
+
+  ClusterStoreOptions o;
+  o.etcd_url = fx.etcd_url();
+  o.etcd_prefix = "test";
+  o.etcd_tls = {pki->ca_file, pki->client_cert("reader"), pki->client_key("reader")};
+  auto cs = ClusterStore::open(o);
+  ASSERT_TRUE(cs.ok()) << cs.status().to_string();
+  ASSERT_EQ((*cs)->nodes().size(), 1u);
+  EXPECT_EQ((*cs)->nodes()[0].id, "n1");
+  // No client certificate: etcd refuses the handshake.
+  ClusterStoreOptions anon = o;
+  anon.etcd_tls.cert_file.clear();
+  anon.etcd_tls.key_file.clear();
+  EXPECT_FALSE(ClusterStore::open(anon).ok());
+  // Plain HTTP to etcd's TLS port: no answer that parses.
+  ClusterStoreOptions plain = o;
+  plain.etcd_url = "http" + o.etcd_url.substr(5);
+  plain.etcd_tls = {};
+  EXPECT_FALSE(ClusterStore::open(plain).ok());
 }
 
 TEST(Cluster, StaticThreeNodesWithoutEtcdKillOne) {
