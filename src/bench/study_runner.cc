@@ -322,6 +322,7 @@ Status Run::setup_pd_transfer() {
   }
   for (uint32_t p = 0; p < o_.prefill_replicas; ++p) {
     senders_.push_back(std::make_unique<serve::KvTransferSender>());
+    for (const auto& rx : receivers_) senders_.back()->add_receiver(rx->port(), rx->token());
   }
   return Status::ok_status();
 }

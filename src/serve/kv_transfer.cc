@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -22,6 +24,8 @@
 namespace kvtier::serve {
 
 namespace {
+
+constexpr char kPrefaceMagic[8] = {'K', 'V', 'P', 'D', 'A', 'U', 'T', 'H'};
 
 using Clock = std::chrono::steady_clock;
 
@@ -109,6 +113,9 @@ Result<std::unique_ptr<KvTransferReceiver>> KvTransferReceiver::start(
     return errno_status("getsockname");
   }
   r->port_ = ntohs(a.sin_port);
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(&r->token_), sizeof r->token_) != 1) {
+    return Status::internal("RAND_bytes failed");
+  }
   if (::pipe2(r->wake_, O_CLOEXEC) != 0) return errno_status("pipe2");
   r->acceptor_ = std::thread([p = r.get()] { p->accept_loop(); });
   return r;
@@ -152,6 +159,12 @@ void KvTransferReceiver::accept_loop() {
     if (fd < 0) continue;
     set_nodelay(fd);
     std::lock_guard lock(mu_);
+    if (serving_ >= kPdMaxConnections) {
+      ++stats_.over_limit;
+      ::close(fd);
+      continue;
+    }
+    ++serving_;
     // Connections are closed by the destructor only, after their threads
     // ended, so that a closed descriptor's number is never reused under a
     // thread still serving it.
@@ -161,11 +174,35 @@ void KvTransferReceiver::accept_loop() {
 }
 
 void KvTransferReceiver::serve(int fd) {
-  AlignedBuffer payload;
-  std::vector<std::byte> table;
-  while (!stopping_ && serve_one(fd, &payload, &table)) {
+  if (authenticate(fd)) {
+    AlignedBuffer payload;
+    std::vector<std::byte> table;
+    while (!stopping_ && serve_one(fd, &payload, &table)) {
+    }
   }
   ::shutdown(fd, SHUT_RDWR);
+  std::lock_guard lock(mu_);
+  --serving_;
+}
+
+bool KvTransferReceiver::authenticate(int fd) {
+  // The preface must come within the deadline; frames after it may take
+  // as long as their sender needs.
+  timeval tv{kPdPrefaceTimeoutMs / 1000, (kPdPrefaceTimeoutMs % 1000) * 1000};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::byte p[kPdPrefaceBytes];
+  size_t got = 0;
+  const bool read = read_exact(fd, p, sizeof p, &got).ok();
+  const bool ok = read && std::memcmp(p, kPrefaceMagic, 8) == 0 &&
+                  CRYPTO_memcmp(p + 8, &token_, sizeof token_) == 0;
+  if (!ok) {
+    std::lock_guard lock(mu_);
+    ++stats_.unauthenticated;
+    return false;
+  }
+  tv = {0, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return true;
 }
 
 void KvTransferReceiver::reject(int fd, uint64_t request_id, const Status& st) {
@@ -261,6 +298,11 @@ KvTransferSender::~KvTransferSender() {
 
 Result<int> KvTransferSender::connection(uint16_t port) {
   if (auto it = conns_.find(port); it != conns_.end()) return it->second;
+  auto token = tokens_.find(port);
+  if (token == tokens_.end()) {
+    return Status::invalid_argument("no token for the PD receiver on port " + std::to_string(port) +
+                                    " (add_receiver)");
+  }
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return errno_status("socket");
   set_buffers(fd);
@@ -274,6 +316,14 @@ Result<int> KvTransferSender::connection(uint16_t port) {
     return st;
   }
   set_nodelay(fd);
+  std::byte preface[kPdPrefaceBytes];
+  std::memcpy(preface, kPrefaceMagic, 8);
+  std::memcpy(preface + 8, &token->second, sizeof token->second);
+  if (::send(fd, preface, sizeof preface, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof preface)) {
+    auto st = errno_status("sending the PD preface");
+    ::close(fd);
+    return st;
+  }
   conns_[port] = fd;
   return fd;
 }

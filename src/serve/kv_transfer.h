@@ -9,6 +9,12 @@
 // and acks. Any malformed frame gets an ack naming the error class and the
 // connection is closed (after a bad length the stream cannot be trusted).
 //
+// Who may send: any local process can connect to a loopback port, so each
+// connection must open with a preface carrying the receiver's random token
+// (token(), handed to senders in process: add_receiver()). A connection
+// without it within kPdPrefaceTimeoutMs is closed unanswered and counted;
+// at most kPdMaxConnections are served at once.
+//
 // Thread-safety: a receiver's stats() may be called from any thread; a
 // sender belongs to one thread.
 #pragma once
@@ -29,6 +35,11 @@
 
 namespace kvtier::serve {
 
+// The preface: 8 bytes "KVPDAUTH", then the receiver's 16-byte token.
+constexpr size_t kPdPrefaceBytes = 24;
+constexpr int kPdPrefaceTimeoutMs = 2000;
+constexpr size_t kPdMaxConnections = 64;
+
 struct KvReceiverOptions {
   PdLimits limits;
   // Frames for another namespace are refused (a decode replica serves one model).
@@ -45,6 +56,8 @@ struct KvReceiverStats {
   uint64_t payload_bytes = 0;    // of which block bytes
   uint64_t rejected_frames = 0;  // malformed frames (ack with an error, connection closed)
   uint64_t truncated = 0;        // connections that ended inside a frame
+  uint64_t unauthenticated = 0;  // connections closed for a missing or wrong preface
+  uint64_t over_limit = 0;       // connections closed at accept: kPdMaxConnections served
   PdError last_error = PdError::kNone;
 };
 
@@ -56,12 +69,16 @@ class KvTransferReceiver {
   KvTransferReceiver& operator=(const KvTransferReceiver&) = delete;
 
   uint16_t port() const { return port_; }
+  // What a sender must present first on each connection.
+  const kv::Key128& token() const { return token_; }
   KvReceiverStats stats() const;
 
  private:
   explicit KvTransferReceiver(const KvReceiverOptions& options) : options_(options) {}
   void accept_loop();
   void serve(int fd);
+  // Reads and checks the preface; false: close unanswered.
+  bool authenticate(int fd);
   // Reads and checks one frame; false when the connection must close.
   bool serve_one(int fd, AlignedBuffer* payload, std::vector<std::byte>* table);
   void reject(int fd, uint64_t request_id, const Status& st);
@@ -70,6 +87,8 @@ class KvTransferReceiver {
   int listen_fd_ = -1;
   int wake_[2] = {-1, -1};  // a pipe: written once to stop the acceptor
   uint16_t port_ = 0;
+  kv::Key128 token_;
+  size_t serving_ = 0;  // connections being served (guarded by mu_)
   std::thread acceptor_;
   mutable std::mutex mu_;  // guards conns_, threads_, stats_
   std::vector<int> conns_;
@@ -95,6 +114,9 @@ class KvTransferSender {
   KvTransferSender(const KvTransferSender&) = delete;
   KvTransferSender& operator=(const KvTransferSender&) = delete;
 
+  // The token of the receiver on 127.0.0.1:`port` (KvTransferReceiver::token()).
+  void add_receiver(uint16_t port, const kv::Key128& token) { tokens_[port] = token; }
+
   // Sends the KV of `keys` (block_bytes each, content generated from each
   // key, untimed) to the receiver on 127.0.0.1:`port` and waits for its ack.
   // An ack with an error is returned as that error.
@@ -110,6 +132,7 @@ class KvTransferSender {
   void drop(uint16_t port);
 
   std::unordered_map<uint16_t, int> conns_;
+  std::unordered_map<uint16_t, kv::Key128> tokens_;
   AlignedBuffer buf_;
 };
 

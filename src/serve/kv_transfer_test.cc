@@ -2,9 +2,11 @@
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <cstring>
 
 #include <chrono>
 #include <thread>
@@ -27,13 +29,20 @@ std::unique_ptr<KvTransferReceiver> start_receiver(PdLimits limits = PdLimits{})
   return r.ok() ? std::move(*r) : nullptr;
 }
 
-int raw_connect(uint16_t port) {
+// Connects to the receiver and, unless told not to, sends its preface.
+int raw_connect(const KvTransferReceiver& rx, bool preface = true) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(port);
+  a.sin_port = htons(rx.port());
   EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  if (preface) {
+    std::byte p[kPdPrefaceBytes];
+    std::memcpy(p, "KVPDAUTH", 8);
+    std::memcpy(p + 8, &rx.token(), 16);
+    EXPECT_EQ(::send(fd, p, sizeof p, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof p));
+  }
   return fd;
 }
 
@@ -68,6 +77,7 @@ TEST(KvTransfer, RoundTripCountsWhatTheReceiverVerified) {
   ASSERT_TRUE(rx);
   EXPECT_NE(rx->port(), 0);
   KvTransferSender tx;
+  tx.add_receiver(rx->port(), rx->token());
   std::vector<kv::Key128> keys;
   for (uint64_t i = 0; i < 5; ++i) keys.push_back(test_key(i));
   auto a = tx.send(rx->port(), 10, test_ns(), keys, 32768);
@@ -93,7 +103,7 @@ TEST(KvTransfer, ReceiverRejectsEachMalformedClassAndCloses) {
   uint64_t rejected = 0;
   for (const auto& m : testing::malformed_frames()) {
     SCOPED_TRACE(m.what);
-    const int fd = raw_connect(rx->port());
+    const int fd = raw_connect(*rx);
     write_bytes(fd, m.bytes);
     const auto reply = read_to_close(fd);
     ::close(fd);
@@ -113,7 +123,7 @@ TEST(KvTransfer, ReceiverCountsAFrameCutShort) {
   ASSERT_TRUE(rx);
   auto f = testing::valid_frame(5, {1024, 1024});
   f.resize(f.size() - 10);
-  const int fd = raw_connect(rx->port());
+  const int fd = raw_connect(*rx);
   write_bytes(fd, f);
   ::shutdown(fd, SHUT_WR);
   EXPECT_TRUE(read_to_close(fd).empty());  // no ack for a frame that never ended
@@ -126,6 +136,7 @@ TEST(KvTransfer, SenderReportsARefusalAndReconnects) {
   auto rx = start_receiver();
   ASSERT_TRUE(rx);
   KvTransferSender tx;
+  tx.add_receiver(rx->port(), rx->token());
   const kv::Key128 keys[] = {test_key(0), test_key(1)};
   std::vector<std::byte> b0(4096), b1(4096);
   engine::fill_kv_block(keys[0], b0);
@@ -146,6 +157,8 @@ TEST(KvTransfer, TwoSendersToOneReceiver) {
   auto rx = start_receiver();
   ASSERT_TRUE(rx);
   KvTransferSender a, b;
+  a.add_receiver(rx->port(), rx->token());
+  b.add_receiver(rx->port(), rx->token());
   const kv::Key128 keys[] = {test_key(3)};
   for (uint64_t i = 0; i < 4; ++i) {
     ASSERT_TRUE(a.send(rx->port(), i, test_ns(), keys, 8192).ok());
@@ -162,8 +175,49 @@ TEST(KvTransfer, NoReceiverIsAnError) {
     port = rx->port();
   }
   KvTransferSender tx;
+  tx.add_receiver(port, kv::Key128{1, 2});
   const kv::Key128 keys[] = {test_key(0)};
   EXPECT_FALSE(tx.send(port, 1, test_ns(), keys, 4096).ok());
+}
+
+// Any local process can reach the loopback port: without the receiver's
+// token it is closed unanswered and nothing it sends is read as a frame;
+// too many connections at once are closed at accept; the real sender is
+// served all along.
+TEST(KvTransfer, LocalProcessesWithoutTheTokenAreClosedUnanswered) {
+  auto rx = start_receiver(test_limits());
+  ASSERT_TRUE(rx);
+  const auto frame = testing::valid_frame(5, {1024, 1024});
+  // A valid frame without the preface, and one behind a wrong token.
+  const int bare = raw_connect(*rx, false);
+  write_bytes(bare, frame);
+  EXPECT_TRUE(read_to_close(bare).empty());
+  ::close(bare);
+  const int forged = raw_connect(*rx, false);
+  std::vector<std::byte> wrong(kPdPrefaceBytes, std::byte{0});
+  std::memcpy(wrong.data(), "KVPDAUTH", 8);
+  write_bytes(forged, wrong);
+  write_bytes(forged, frame);
+  EXPECT_TRUE(read_to_close(forged).empty());
+  ::close(forged);
+  EXPECT_TRUE(wait_for([&] { return rx->stats().unauthenticated == 2; }));
+  EXPECT_EQ(rx->stats().frames, 0u);
+  // Silent connections past the limit are closed at once.
+  std::vector<int> silent;
+  for (size_t i = 0; i < kPdMaxConnections + 8; ++i) silent.push_back(raw_connect(*rx, false));
+  EXPECT_TRUE(wait_for([&] { return rx->stats().over_limit >= 8; }));
+  for (int fd : silent) ::close(fd);
+  // Once they are gone, the legitimate sender is served.
+  KvTransferSender tx;
+  tx.add_receiver(rx->port(), rx->token());
+  const kv::Key128 keys[] = {test_key(4)};
+  bool sent = false;
+  EXPECT_TRUE(wait_for([&] {
+    // The receiver may not have seen the silent ones go yet (over the limit).
+    if (!sent) sent = tx.send(rx->port(), 1, test_ns(), keys, 1024).ok();
+    return sent;
+  }));
+  EXPECT_EQ(rx->stats().frames, 1u);
 }
 
 }  // namespace
