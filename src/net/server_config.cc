@@ -315,6 +315,7 @@ Status ServerConfig::validate() const {
     return Status::invalid_argument("store_threads must be in [1, 1024]");
   }
   if (max_connections == 0) return Status::invalid_argument("max_connections must be >= 1");
+  if (max_pending_hello == 0) return Status::invalid_argument("max_pending_hello must be >= 1");
   if (max_batch == 0 || max_batch > kMaxBatch) {
     return Status::invalid_argument(fmt::format("max_batch must be in [1, {}]", kMaxBatch));
   }
@@ -438,6 +439,7 @@ Result<ServerConfig> parse_server_config(std::string_view json_text) {
     c.tls = std::move(tc);
   }
   KVTIER_RETURN_IF_ERROR(f.get_uint_as("max_connections", 1, 1u << 20, &c.max_connections));
+  KVTIER_RETURN_IF_ERROR(f.get_uint_as("max_pending_hello", 1, 1u << 20, &c.max_pending_hello));
   uint64_t max_data = c.max_data_bytes;
   KVTIER_RETURN_IF_ERROR(f.get_size("max_data_bytes", 0, kMaxDataBytes, &max_data));
   c.max_data_bytes = static_cast<uint32_t>(max_data);

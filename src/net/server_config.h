@@ -82,6 +82,10 @@ struct ServerConfig {
   // Several tenants, each with its own token (then auth_token must be empty).
   std::vector<TenantConfig> tenants;
   uint32_t max_connections = 256;
+  // Connections that have not said Hello yet, at most (within
+  // max_connections): past it the oldest such connection is closed, so
+  // silent connections cannot keep authenticated clients out.
+  uint32_t max_pending_hello = 64;
   // Per-frame limits the server enforces and announces in Hello. 0 for
   // max_data_bytes means "derived": max(16 objects, 4 MiB), capped at the
   // protocol's 64 MiB; memory per connection is bounded by it.

@@ -260,7 +260,7 @@ struct ServerMetrics {
                               "Shared-memory areas refused (bad nonce, size or seals)")) {
     for (const char* reason :
          {"max_connections", "auth", "version", "no_hello", "hello_timeout", "stopping",
-          "idle_timeout", "write_timeout", "tenant_quota", "tls"}) {
+          "idle_timeout", "write_timeout", "tenant_quota", "tls", "hello_evicted"}) {
       refused[reason] = &r.counter("kvtier_server_connections_refused_total",
                                    "Connections refused or closed before serving, by reason",
                                    fmt::format("reason=\"{}\"", reason));
@@ -313,6 +313,8 @@ struct ServerConnection {
   std::string peer;
   // Under mutual TLS: the common name of the client's verified certificate.
   std::string cert_name;
+  // Counted in Impl::pending_hello until Hello (guarded by Impl::mu).
+  bool pending_hello = false;
   FrameStreamReader reader;
   bool hello_done = false;
   uint16_t version = kProtocolVersionMin;  // until Hello chose one
@@ -415,7 +417,8 @@ struct StoreServer::Impl {
   mutable std::mutex mu;                    // guards the fields below
   std::condition_variable cv;
   std::unordered_map<uint64_t, std::shared_ptr<ServerConnection>> conns;
-  size_t active = 0;  // connections being served (not the refused ones)
+  size_t active = 0;         // connections being served (not the refused ones)
+  size_t pending_hello = 0;  // of which have not said Hello yet
   uint64_t next_id = 1;
   bool listening = false;
   bool stopping = false;
@@ -737,6 +740,13 @@ struct StoreServer::Impl {
       co_return false;
     }
     c.hello_done = true;
+    {
+      std::lock_guard lk(mu);
+      if (c.pending_hello) {
+        c.pending_hello = false;
+        --pending_hello;
+      }
+    }
     c.hello_timer.cancel();
     HelloResponse resp;
     resp.version = *version;
@@ -1293,6 +1303,10 @@ struct StoreServer::Impl {
       --active;
       m->active.set(static_cast<int64_t>(active));
     }
+    if (c.pending_hello) {
+      c.pending_hello = false;
+      --pending_hello;
+    }
     cv.notify_all();
   }
 
@@ -1473,6 +1487,21 @@ struct StoreServer::Impl {
     if (conns.find(conn->id) == conns.end()) ch->close();
   }
 
+  // With mu held: closes the oldest connection still waiting to say Hello
+  // (ids grow with time), making room for a new one.
+  bool evict_oldest_pending_locked() {
+    std::shared_ptr<ServerConnection> oldest;
+    for (auto& [id, conn] : conns) {
+      if (conn->pending_hello && (!oldest || id < oldest->id)) oldest = conn;
+    }
+    if (!oldest) return false;
+    oldest->pending_hello = false;
+    --pending_hello;
+    m->refused.at("hello_evicted")->add();
+    asio::post(oldest->sock.get_executor(), [oldest] { oldest->close(); });
+    return true;
+  }
+
   asio::awaitable<void> listen() {
     for (;;) {
       tcp::socket sock(asio::make_strand(io));
@@ -1502,10 +1531,15 @@ struct StoreServer::Impl {
         c = std::make_shared<ServerConnection>(std::move(sock), next_id++);
         c->peer = peer;
         if (tls) c->sock.start_tls(*tls);
-        over = active >= cfg.max_connections;
+        // An evicted connection's slot is on its way out: the new one takes it.
+        const bool evicted =
+            pending_hello >= cfg.max_pending_hello && evict_oldest_pending_locked();
+        over = !evicted && active >= cfg.max_connections;
         if (!over) {
           ++active;
           m->active.set(static_cast<int64_t>(active));
+          ++pending_hello;
+          c->pending_hello = true;
         }
         conns[c->id] = c;
       }

@@ -151,3 +151,38 @@ TEST(HostileClients, NamespaceChurnDoesNotFillTheHandleTable) {
 
 }  // namespace
 }  // namespace kvtier::net
+
+namespace kvtier::net {
+namespace {
+
+using namespace kvtier::net::testing;  // NOLINT
+
+// Silent connections (no Hello) are capped at max_pending_hello, oldest
+// closed first, so they cannot keep a client out until their Hello timeout
+// (a minute here): the client is served while they are still open.
+TEST(HostileClients, SilentConnectionsCannotKeepClientsOut) {
+  ServerConfig cfg = test_config();
+  cfg.hello_timeout_ms = 60000;
+  cfg.max_connections = 128;
+  cfg.max_pending_hello = 16;
+  auto server = start_server(cfg);
+  ASSERT_TRUE(server);
+  std::vector<std::unique_ptr<RawClient>> silent;
+  for (int i = 0; i < 500; ++i) silent.push_back(std::make_unique<RawClient>(server->port()));
+  RemoteStoreOptions o = client_options(server->port());
+  o.shared_memory = false;
+  o.connections = 1;
+  auto c = connect(o, /*must_connect=*/false);
+  ASSERT_TRUE(c->wait_connected(20000).ok());
+  const uint16_t ns = *c->register_namespace(test_namespace());
+  std::vector<std::byte> buf(kObj);
+  kv::fill_payload(kv::test_key(5), buf);
+  EXPECT_TRUE(c->put(ns, kv::test_key(5), buf)->stored());
+  EXPECT_GE(metric_value(server->render_metrics(),
+                         "kvtier_server_connections_refused_total{reason=\"hello_evicted\"}"),
+            400u);
+  EXPECT_LE(server->active_connections(), 128u + 1);
+}
+
+}  // namespace
+}  // namespace kvtier::net
