@@ -1,5 +1,7 @@
 #include "kv/namespace_table.h"
 
+#include <chrono>
+
 #include <fmt/format.h>
 
 namespace kvtier::kv {
@@ -9,8 +11,11 @@ Result<uint16_t> NamespaceTable::intern(const Key128& digest, bool open) {
     // The second pass, with the table full, waits for writers in flight
     // (use_mu_) so that no put is between its check and its insert while
     // handles are reclaimed.
-    std::unique_lock<std::shared_mutex> writers;
-    if (pass == 1) writers = std::unique_lock(use_mu_);
+    std::unique_lock<std::shared_timed_mutex> writers(use_mu_, std::defer_lock);
+    if (pass == 1 && !writers.try_lock_for(std::chrono::milliseconds(kReclaimWaitMs))) {
+      return Status::out_of_space(
+          "namespace table full, and puts in flight kept it from being reclaimed; try again");
+    }
     std::unique_lock lock(mu_);
     auto it = by_digest_.find(digest);
     if (it != by_digest_.end()) {

@@ -50,7 +50,7 @@ class NamespaceTable {
   uint64_t reused() const;
 
   // Held (shared) by a writer from its is_open() check to its index insert.
-  std::shared_lock<std::shared_mutex> use() const { return std::shared_lock(use_mu_); }
+  std::shared_lock<std::shared_timed_mutex> use() const { return std::shared_lock(use_mu_); }
 
  private:
   // With mu_ held: handles that no registration holds and no record carries
@@ -59,7 +59,11 @@ class NamespaceTable {
 
   const uint32_t max_;
   std::function<uint64_t(uint16_t)> blocks_of_;
-  mutable std::shared_mutex use_mu_;  // before mu_ when both are taken
+  // Before mu_ when both are taken. Timed: a full table's reclaim waits for
+  // puts in flight at most kReclaimWaitMs, then refuses (a steady put load
+  // must not stall a registration for ever).
+  static constexpr int kReclaimWaitMs = 200;
+  mutable std::shared_timed_mutex use_mu_;
   mutable std::shared_mutex mu_;
   std::vector<Key128> digests_;  // by handle
   std::vector<uint32_t> refs_;   // registrations, by handle

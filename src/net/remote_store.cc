@@ -384,6 +384,10 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
     std::lock_guard lk(mu_);
     return closing_;
   }
+  bool writer_busy() const {
+    std::lock_guard lk(mu_);
+    return writer_active_;
+  }
 
   static asio::awaitable<void> run(std::shared_ptr<ClientConn> self) {
     const auto& o = self->shared_.opts;
@@ -462,6 +466,13 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
     // shutdown() may have closed the old socket while the resolver was
     // finishing; a new one must not outlive it.
     if (closing()) co_return Status::unavailable("client closing");
+    // A writer still unwinding from the last session holds references into
+    // the old stream (its TLS state above all): let it finish first.
+    while (writer_busy()) {
+      if (closing()) co_return Status::unavailable("client closing");
+      backoff_timer_.expires_after(std::chrono::milliseconds(1));
+      co_await backoff_timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
     sock_.reset(strand_);
     co_await asio::async_connect(sock_.socket(), endpoints,
                                  asio::redirect_error(asio::use_awaitable, ec));

@@ -313,8 +313,10 @@ struct ServerConnection {
   std::string peer;
   // Under mutual TLS: the common name of the client's verified certificate.
   std::string cert_name;
-  // Counted in Impl::pending_hello until Hello (guarded by Impl::mu).
+  // Counted in Impl::pending_hello until Hello (guarded by Impl::mu);
+  // `evicted`: closed to make room before it said Hello.
   bool pending_hello = false;
+  bool evicted = false;
   FrameStreamReader reader;
   bool hello_done = false;
   uint16_t version = kProtocolVersionMin;  // until Hello chose one
@@ -666,18 +668,27 @@ struct StoreServer::Impl {
   size_t quota_admits(ServerConnection& c, std::span<const size_t> sizes) {
     const TenantConfig* t = c.tenant;
     if (!t || (t->max_ram_bytes == 0 && t->max_disk_bytes == 0)) return sizes.size();
+    const auto [ram, disk] = tenant_bytes(*t);
+    return tenants->admit_bytes(*t, ram, disk, sizes);
+  }
+
+  // The RAM and disk bytes tenant `t`'s namespaces hold now. Namespaces it
+  // no longer registers and holds no block in are forgotten on the way
+  // (they then no longer count against its max_namespaces); at most
+  // max_namespaces are walked.
+  std::pair<uint64_t, uint64_t> tenant_bytes(const TenantConfig& t) {
     uint64_t ram = 0, disk = 0;
-    for (const auto& [handle, digest] : tenants->holdings(*t)) {
+    for (const auto& [handle, digest] : tenants->holdings(t)) {
       if (store->namespace_digest(handle) != digest) {
-        tenants->forget_holding(*t, handle, false);  // the handle went to another namespace
+        tenants->forget_holding(t, handle, false);  // the handle went to another namespace
         continue;
       }
       const kv::NamespaceUsage u = store->namespace_usage(handle);
-      if (u.blocks == 0) tenants->forget_holding(*t, handle, true);
+      if (u.blocks == 0) tenants->forget_holding(t, handle, true);
       ram += u.ram_bytes;
       disk += u.disk_bytes;
     }
-    return tenants->admit_bytes(*t, ram, disk, sizes);
+    return {ram, disk};
   }
 
   // ---- requests ------------------------------------------------------------------
@@ -739,14 +750,16 @@ struct StoreServer::Impl {
                           Status::rejected("authentication failed: wrong or missing auth token"));
       co_return false;
     }
-    c.hello_done = true;
     {
+      // Evicted while its Hello was on the way: it is being closed.
       std::lock_guard lk(mu);
+      if (c.evicted) co_return false;
       if (c.pending_hello) {
         c.pending_hello = false;
         --pending_hello;
       }
     }
+    c.hello_done = true;
     c.hello_timer.cancel();
     HelloResponse resp;
     resp.version = *version;
@@ -785,7 +798,10 @@ struct StoreServer::Impl {
                                                kMaxNamespacesPerConnection)));
         }
         const kv::Namespace ns = c.tenant ? tenant_namespace(c.tenant->name, req.ns) : req.ns;
-        auto r = s.register_namespace(ns);
+        if (c.tenant) (void)tenant_bytes(*c.tenant);  // forgets namespaces no longer held
+        // On a store thread: with the table full, registering may wait for
+        // puts in flight (bounded, kv/namespace_table.h).
+        auto r = co_await run_in_pool(*pool, [&s, &ns] { return s.register_namespace(ns); });
         if (!r.ok()) co_return co_await send_error(c, rid, r.status());
         // The connection holds one registration of each namespace it
         // registered (released when it ends): a second one is given back.
@@ -1496,6 +1512,7 @@ struct StoreServer::Impl {
     }
     if (!oldest) return false;
     oldest->pending_hello = false;
+    oldest->evicted = true;
     --pending_hello;
     m->refused.at("hello_evicted")->add();
     asio::post(oldest->sock.get_executor(), [oldest] { oldest->close(); });
@@ -1532,9 +1549,19 @@ struct StoreServer::Impl {
         c->peer = peer;
         if (tls) c->sock.start_tls(*tls);
         // An evicted connection's slot is on its way out: the new one takes it.
+        // Past max_pending_hello, or with every slot taken, the oldest
+        // connection still waiting for Hello makes room.
+        const bool full = active >= cfg.max_connections;
         const bool evicted =
-            pending_hello >= cfg.max_pending_hello && evict_oldest_pending_locked();
-        over = !evicted && active >= cfg.max_connections;
+            (full || pending_hello >= cfg.max_pending_hello) && evict_oldest_pending_locked();
+        over = full && !evicted;
+        if (over && tls) {
+          // No TLS handshake for a connection that would only be refused.
+          c->sock.close();
+          m->connections.add();
+          m->refused.at("max_connections")->add();
+          continue;
+        }
         if (!over) {
           ++active;
           m->active.set(static_cast<int64_t>(active));

@@ -29,15 +29,7 @@ using std::chrono::milliseconds;
 
 inline constexpr uint32_t kObj = 64 << 10;
 
-inline kv::Namespace test_namespace(const std::string& model = "test-model") {
-  kv::Namespace ns;
-  ns.model_id = model;
-  ns.model_revision = "r1";
-  ns.tokenizer_id = "tok";
-  ns.kv_dtype = "bf16";
-  ns.kv_layout = "NHD";
-  return ns;
-}
+using kv::test_namespace;
 
 inline std::unique_ptr<kv::Store> small_store(uint64_t ram_slots = 64) {
   kv::StoreOptions o;

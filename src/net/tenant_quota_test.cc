@@ -149,22 +149,14 @@ TEST(HostileClients, NamespaceChurnDoesNotFillTheHandleTable) {
   EXPECT_TRUE(full->put(held[0], test_key(1), buf.view())->stored());
 }
 
-}  // namespace
-}  // namespace kvtier::net
-
-namespace kvtier::net {
-namespace {
-
-using namespace kvtier::net::testing;  // NOLINT
-
 // Silent connections (no Hello) are capped at max_pending_hello, oldest
 // closed first, so they cannot keep a client out until their Hello timeout
 // (a minute here): the client is served while they are still open.
-TEST(HostileClients, SilentConnectionsCannotKeepClientsOut) {
+void silent_connections(uint32_t max_connections, uint32_t max_pending_hello) {
   ServerConfig cfg = test_config();
   cfg.hello_timeout_ms = 60000;
-  cfg.max_connections = 128;
-  cfg.max_pending_hello = 16;
+  cfg.max_connections = max_connections;
+  cfg.max_pending_hello = max_pending_hello;
   auto server = start_server(cfg);
   ASSERT_TRUE(server);
   std::vector<std::unique_ptr<RawClient>> silent;
@@ -181,7 +173,47 @@ TEST(HostileClients, SilentConnectionsCannotKeepClientsOut) {
   EXPECT_GE(metric_value(server->render_metrics(),
                          "kvtier_server_connections_refused_total{reason=\"hello_evicted\"}"),
             400u);
-  EXPECT_LE(server->active_connections(), 128u + 1);
+  EXPECT_LE(server->active_connections(), max_connections + 1);
+}
+
+TEST(HostileClients, SilentConnectionsCannotKeepClientsOut) { silent_connections(128, 16); }
+// Fewer slots than max_pending_hello: the slots fill first, and still the
+// oldest silent connection makes room.
+TEST(HostileClients, SilentConnectionsCannotKeepClientsOutOfAFullServer) {
+  silent_connections(16, 64);
+}
+
+// A tenant that registers a namespace, puts one block and goes away, again
+// and again, holds a store handle for each (its blocks keep it): those count
+// against its max_namespaces, so it cannot fill the store's table.
+TEST(TenantBytes, NamespacesHoldingBlocksCountAgainstTheTenant) {
+  ServerConfig cfg = test_config();
+  TenantConfig a;
+  a.name = "a";
+  a.token = kTokenA;
+  a.max_namespaces = 3;
+  cfg.tenants = {a};
+  auto server = start_server(cfg);
+  ASSERT_TRUE(server);
+  AlignedBuffer buf(kObj);
+  for (int i = 0; i < 4; ++i) {
+    RemoteStoreOptions o = client_options(server->port());
+    o.auth_token = kTokenA;
+    o.connections = 1;
+    o.shared_memory = false;
+    auto c = connect(o);
+    auto h = c->register_namespace(test_namespace("model-" + std::to_string(i)));
+    if (i < 3) {
+      ASSERT_TRUE(h.ok()) << i << ": " << h.status().to_string();
+      fill_payload(test_key(i), buf.view());
+      ASSERT_TRUE(c->put(*h, test_key(i), buf.view())->stored());
+    } else {
+      ASSERT_FALSE(h.ok());
+      EXPECT_EQ(h.status().code(), StatusCode::kOutOfSpace) << h.status().to_string();
+    }
+    c.reset();
+    ASSERT_TRUE(wait_connections(*server));
+  }
 }
 
 }  // namespace

@@ -116,15 +116,19 @@ Status TenantRegistry::acquire_namespace(const TenantConfig& t, uint16_t handle,
                                          const kv::Key128& digest) {
   std::lock_guard lk(mu_);
   State& s = state_.at(t.name);
-  s.holdings[handle] = digest;
   auto it = s.handles.find(handle);
   if (it != s.handles.end()) {
     ++it->second;
     return Status::ok_status();
   }
-  if (s.handles.size() >= t.max_namespaces) {
+  // Namespaces the tenant no longer registers but still holds blocks in
+  // count too: each keeps a store handle taken, and the store's table is
+  // shared by every tenant.
+  const bool held = s.holdings.count(handle) > 0;
+  if (s.handles.size() >= t.max_namespaces || (!held && s.holdings.size() >= t.max_namespaces)) {
     return refuse(s.refused_namespaces, t, "namespaces", t.max_namespaces);
   }
+  s.holdings[handle] = digest;
   s.handles[handle] = 1;
   s.used.namespaces = s.handles.size();
   s.namespaces->set(static_cast<int64_t>(s.used.namespaces));

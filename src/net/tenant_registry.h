@@ -54,7 +54,8 @@ class TenantRegistry {
   Status acquire_connection(const TenantConfig& t);
   void release_connection(const TenantConfig& t);
   // Namespaces are counted once per tenant however many of its connections
-  // registered them (reference-counted per handle).
+  // registered them (reference-counted per handle), and so are namespaces it
+  // no longer registers but still holds blocks in (see holdings()).
   // `digest`: the store's (salted) digest of the namespace; the tenant's
   // blocks under it count against its byte quotas, also after the tenant
   // released it, until the handle stands for another namespace.

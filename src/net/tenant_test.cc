@@ -401,14 +401,6 @@ TEST(HostileClients, ThousandsOfSilentConnectionsDoNotStopService) {
       n / 2);
 }
 
-}  // namespace
-}  // namespace kvtier::net
-
-namespace kvtier::net {
-namespace {
-
-using namespace kvtier::net::testing;  // NOLINT
-
 // Local clients that connect to the shared-memory attach socket and never
 // send their message wait beside the others, not in front of them: a client
 // attaching meanwhile gets its area at once (it gave up after

@@ -134,8 +134,7 @@ KvTransferReceiver::~KvTransferReceiver() {
     for (int fd : conns_) ::shutdown(fd, SHUT_RDWR);
     threads.swap(threads_);
   }
-  for (auto& t : threads) t.join();
-  for (int fd : conns_) ::close(fd);
+  for (auto& t : threads) t.join();  // each closed its connection
   for (int fd : {listen_fd_, wake_[0], wake_[1]}) {
     if (fd >= 0) ::close(fd);
   }
@@ -159,15 +158,26 @@ void KvTransferReceiver::accept_loop() {
     if (fd < 0) continue;
     set_nodelay(fd);
     std::lock_guard lock(mu_);
+    // Threads that ended are joined here, so that connections that come and
+    // go leave no thread behind.
+    for (std::thread::id id : finished_) {
+      auto it = std::find_if(threads_.begin(), threads_.end(),
+                             [id](const std::thread& t) { return t.get_id() == id; });
+      if (it != threads_.end()) {
+        it->join();
+        threads_.erase(it);
+      }
+    }
+    finished_.clear();
     if (serving_ >= kPdMaxConnections) {
       ++stats_.over_limit;
       ::close(fd);
       continue;
     }
     ++serving_;
-    // Connections are closed by the destructor only, after their threads
-    // ended, so that a closed descriptor's number is never reused under a
-    // thread still serving it.
+    // A connection is closed by its own thread, under mu_, after it stopped
+    // using it (and is taken out of conns_ first, so the destructor never
+    // shuts down a descriptor number that was reused).
     conns_.push_back(fd);
     threads_.emplace_back([this, fd] { serve(fd); });
   }
@@ -183,16 +193,32 @@ void KvTransferReceiver::serve(int fd) {
   ::shutdown(fd, SHUT_RDWR);
   std::lock_guard lock(mu_);
   --serving_;
+  conns_.erase(std::remove(conns_.begin(), conns_.end(), fd), conns_.end());
+  ::close(fd);
+  finished_.push_back(std::this_thread::get_id());
 }
 
 bool KvTransferReceiver::authenticate(int fd) {
-  // The preface must come within the deadline; frames after it may take
-  // as long as their sender needs.
-  timeval tv{kPdPrefaceTimeoutMs / 1000, (kPdPrefaceTimeoutMs % 1000) * 1000};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  // The whole preface must come within one deadline (a byte at a time
+  // does not stretch it); frames after it may take as long as their sender
+  // needs.
   std::byte p[kPdPrefaceBytes];
   size_t got = 0;
-  const bool read = read_exact(fd, p, sizeof p, &got).ok();
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(kPdPrefaceTimeoutMs);
+  while (got < sizeof p && !stopping_) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd pf{fd, POLLIN, 0};
+    const int r = ::poll(&pf, 1, static_cast<int>(left.count()));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    const ssize_t n = ::recv(fd, p + got, sizeof p - got, 0);
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  const bool read = got == sizeof p;
   const bool ok = read && std::memcmp(p, kPrefaceMagic, 8) == 0 &&
                   CRYPTO_memcmp(p + 8, &token_, sizeof token_) == 0;
   if (!ok) {
@@ -200,8 +226,6 @@ bool KvTransferReceiver::authenticate(int fd) {
     ++stats_.unauthenticated;
     return false;
   }
-  tv = {0, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   return true;
 }
 

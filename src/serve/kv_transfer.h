@@ -90,9 +90,10 @@ class KvTransferReceiver {
   kv::Key128 token_;
   size_t serving_ = 0;  // connections being served (guarded by mu_)
   std::thread acceptor_;
-  mutable std::mutex mu_;  // guards conns_, threads_, stats_
-  std::vector<int> conns_;
-  std::vector<std::thread> threads_;
+  mutable std::mutex mu_;                  // guards conns_, threads_, finished_, stats_
+  std::vector<int> conns_;                 // served now; each closed by its thread
+  std::vector<std::thread> threads_;       // joined once finished (accept loop) or at the end
+  std::vector<std::thread::id> finished_;  // threads that ended, to be joined
   KvReceiverStats stats_;
   std::atomic<bool> stopping_{false};
 };

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include <cstring>
+#include <filesystem>
 
 #include <chrono>
 #include <thread>
@@ -184,6 +185,42 @@ TEST(KvTransfer, NoReceiverIsAnError) {
 // token it is closed unanswered and nothing it sends is read as a frame;
 // too many connections at once are closed at accept; the real sender is
 // served all along.
+size_t open_descriptors() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+// Connections that fail the preface leave neither a descriptor nor a thread
+// behind, and a preface sent a byte at a time does not stretch its deadline.
+TEST(KvTransfer, RefusedConnectionsLeaveNothingBehindAndThePrefaceHasOneDeadline) {
+  auto rx = start_receiver(test_limits());
+  ASSERT_TRUE(rx);
+  const size_t before = open_descriptors();
+  for (int i = 0; i < 200; ++i) {
+    const int fd = raw_connect(*rx, false);
+    std::vector<std::byte> junk(kPdPrefaceBytes, std::byte{0x41});
+    write_bytes(fd, junk);
+    EXPECT_TRUE(read_to_close(fd).empty());
+    ::close(fd);
+  }
+  EXPECT_TRUE(wait_for([&] { return rx->stats().unauthenticated == 200; }));
+  EXPECT_TRUE(wait_for([&] { return open_descriptors() <= before + 2; }))
+      << open_descriptors() << " descriptors open, " << before << " before";
+  // The right preface, one byte every 250 ms: it would take 6 s, and the
+  // deadline is 2 s for all of it, so it is refused all the same.
+  std::byte preface[kPdPrefaceBytes];
+  std::memcpy(preface, "KVPDAUTH", 8);
+  std::memcpy(preface + 8, &rx->token(), 16);
+  const int slow = raw_connect(*rx, false);
+  for (size_t i = 0; i < kPdPrefaceBytes; ++i) {
+    if (::send(slow, preface + i, 1, MSG_NOSIGNAL) != 1) break;  // closed already
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  EXPECT_TRUE(wait_for([&] { return rx->stats().unauthenticated == 201; }));
+  ::close(slow);
+}
+
 TEST(KvTransfer, LocalProcessesWithoutTheTokenAreClosedUnanswered) {
   auto rx = start_receiver(test_limits());
   ASSERT_TRUE(rx);
