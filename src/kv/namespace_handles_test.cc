@@ -58,12 +58,17 @@ TEST(IndexUsage, CountsBlocksAndBytesPerNamespaceThroughEveryChange) {
   EXPECT_EQ(u.disk_bytes, 100u);
 }
 
-TEST(NamespaceHandles, ReusedOnlyWhenClosedAndEmpty) {
+// A RAM-only store whose namespace table holds `max_namespaces` handles.
+Result<std::unique_ptr<Store>> store_with_table(uint32_t max_namespaces) {
   StoreOptions o;
   o.ram_bytes = 16 * kObj;
   o.max_object_bytes = kObj;
-  o.max_namespaces = 4;
-  auto s = Store::open(o);
+  o.max_namespaces = max_namespaces;
+  return Store::open(o);
+}
+
+TEST(NamespaceHandles, ReusedOnlyWhenClosedAndEmpty) {
+  auto s = store_with_table(4);
   ASSERT_TRUE(s.ok()) << s.status().to_string();
   Store& store = **s;
   AlignedBuffer buf(kObj);
@@ -100,11 +105,7 @@ TEST(NamespaceHandles, ReusedOnlyWhenClosedAndEmpty) {
 }
 
 TEST(NamespaceHandles, ClientsComingAndGoingNeverFillTheTable) {
-  StoreOptions o;
-  o.ram_bytes = 16 * kObj;
-  o.max_object_bytes = kObj;
-  o.max_namespaces = 8;
-  auto s = Store::open(o);
+  auto s = store_with_table(8);
   ASSERT_TRUE(s.ok());
   for (int i = 0; i < 1000; ++i) {
     auto h = (*s)->register_namespace(named("model-" + std::to_string(i)));

@@ -668,15 +668,15 @@ struct StoreServer::Impl {
   size_t quota_admits(ServerConnection& c, std::span<const size_t> sizes) {
     const TenantConfig* t = c.tenant;
     if (!t || (t->max_ram_bytes == 0 && t->max_disk_bytes == 0)) return sizes.size();
-    const auto [ram, disk] = tenant_bytes(*t);
+    const auto [ram, disk] = refresh_holdings(*t);
     return tenants->admit_bytes(*t, ram, disk, sizes);
   }
 
-  // The RAM and disk bytes tenant `t`'s namespaces hold now. Namespaces it
-  // no longer registers and holds no block in are forgotten on the way
-  // (they then no longer count against its max_namespaces); at most
-  // max_namespaces are walked.
-  std::pair<uint64_t, uint64_t> tenant_bytes(const TenantConfig& t) {
+  // Walks tenant `t`'s holdings (at most max_namespaces): forgets those it no
+  // longer registers and holds no block in (they then no longer count
+  // against its max_namespaces), and returns the RAM and disk bytes the
+  // rest hold now.
+  std::pair<uint64_t, uint64_t> refresh_holdings(const TenantConfig& t) {
     uint64_t ram = 0, disk = 0;
     for (const auto& [handle, digest] : tenants->holdings(t)) {
       if (store->namespace_digest(handle) != digest) {
@@ -798,7 +798,7 @@ struct StoreServer::Impl {
                                                kMaxNamespacesPerConnection)));
         }
         const kv::Namespace ns = c.tenant ? tenant_namespace(c.tenant->name, req.ns) : req.ns;
-        if (c.tenant) (void)tenant_bytes(*c.tenant);  // forgets namespaces no longer held
+        if (c.tenant) refresh_holdings(*c.tenant);
         // On a store thread: with the table full, registering may wait for
         // puts in flight (bounded, kv/namespace_table.h).
         auto r = co_await run_in_pool(*pool, [&s, &ns] { return s.register_namespace(ns); });
@@ -1265,18 +1265,7 @@ struct StoreServer::Impl {
       std::shared_ptr<ServerConnection> c;
       ~Done() { impl->finish(*c, true); }
     } done{this, c};
-    if (c->sock.is_tls()) {
-      c->hello_timer.expires_after(std::chrono::milliseconds(cfg.hello_timeout_ms));
-      c->hello_timer.async_wait([c](std::error_code e) {
-        if (!e) c->close();
-      });
-      const bool shaken = co_await tls_handshake(*c);
-      c->hello_timer.cancel();
-      if (!shaken) {
-        c->close();
-        co_return;
-      }
-    }
+    // Plain TCP only: over TLS, listen() closes such a connection unanswered.
     co_await send_error(*c, 0, why);
     co_await wait_write(*c);
     std::error_code ec;
@@ -1327,12 +1316,10 @@ struct StoreServer::Impl {
   }
 
   // The attach thread: accepts on the abstract Unix socket, maps each area
-  // received and hands it to the connection its nonce names. Bounded: a
-  // client that connects and sends nothing is dropped after 1 s.
-  // The attach socket's thread. Clients that connected but have not sent
-  // their message yet wait in `pending` (at most kMaxPendingAttaches, each
-  // for at most kAttachTimeoutMs), polled together: one that never sends
-  // holds up nobody else.
+  // received and hands it to the connection its nonce names. Clients that
+  // connected but have not sent their message yet wait in `pending` (at most
+  // kMaxPendingAttaches, each for at most kAttachTimeoutMs), polled
+  // together: one that never sends holds up nobody else.
   static constexpr size_t kMaxPendingAttaches = 128;
   static constexpr uint32_t kAttachTimeoutMs = 1000;
   void shm_attach_loop() {
@@ -1548,9 +1535,9 @@ struct StoreServer::Impl {
         c = std::make_shared<ServerConnection>(std::move(sock), next_id++);
         c->peer = peer;
         if (tls) c->sock.start_tls(*tls);
-        // An evicted connection's slot is on its way out: the new one takes it.
         // Past max_pending_hello, or with every slot taken, the oldest
-        // connection still waiting for Hello makes room.
+        // connection still waiting for Hello makes room; its slot is on its
+        // way out, so the new connection takes it.
         const bool full = active >= cfg.max_connections;
         const bool evicted =
             (full || pending_hello >= cfg.max_pending_hello) && evict_oldest_pending_locked();

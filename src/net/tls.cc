@@ -37,6 +37,14 @@ Status load(const std::string& what, const std::string& path, F f) {
   return Status::ok_status();
 }
 
+// The subject's common name; empty if it has none.
+std::string common_name_of(X509* cert) {
+  char cn[256] = {};
+  const int n =
+      X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof cn);
+  return n > 0 ? std::string(cn, static_cast<size_t>(n)) : std::string();
+}
+
 }  // namespace
 
 Result<std::shared_ptr<asio::ssl::context>> make_server_tls_context(const ServerTlsConfig& c) {
@@ -87,12 +95,10 @@ Result<std::string> certificate_common_name(const std::string& pem_file) {
   X509* cert = PEM_read_X509(f, nullptr, nullptr, nullptr);
   std::fclose(f);
   if (!cert) return Status::invalid_argument(fmt::format("'{}' holds no certificate", pem_file));
-  char cn[256] = {};
-  const int n =
-      X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof cn);
+  std::string cn = common_name_of(cert);
   X509_free(cert);
-  if (n <= 0) return Status::invalid_argument(fmt::format("'{}' has no common name", pem_file));
-  return std::string(cn, static_cast<size_t>(n));
+  if (cn.empty()) return Status::invalid_argument(fmt::format("'{}' has no common name", pem_file));
+  return cn;
 }
 
 Status NetStream::expect_server_name(const std::string& host) {
@@ -116,10 +122,9 @@ std::string NetStream::peer_common_name() {
   if (SSL_get_verify_result(ssl) != X509_V_OK) return {};
   X509* cert = SSL_get1_peer_certificate(ssl);
   if (!cert) return {};
-  char cn[256] = {};
-  int n = X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof cn);
+  std::string cn = common_name_of(cert);
   X509_free(cert);
-  return n > 0 ? std::string(cn, static_cast<size_t>(n)) : std::string();
+  return cn;
 }
 
 void NetStream::close() {

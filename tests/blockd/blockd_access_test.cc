@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "daemon_harness.h"
+#include "net/tls_certs.h"
 
 namespace {
 
@@ -265,54 +266,32 @@ TEST_F(BlockdAccessTest, ExportsOffLoopbackOrToAnyHostNeedSwitches) {
   EXPECT_EQ(r.code, 0) << r.err;
 }
 
-// Writes a CA, a server certificate for 127.0.0.1 and a client certificate
-// signed by it, and a client certificate of another CA, with openssl(1).
-bool make_certs(const fs::path& d) {
-  const std::string p = d.string();
-  const std::string cmd =
-      "cd " + p +
-      " && openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=test-ca -keyout ca.key "
-      "-out ca.pem"
-      " && openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=rogue-ca -keyout rogue.key "
-      "-out rogue.pem"
-      " && openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout server.key -out "
-      "server.csr"
-      " && printf 'subjectAltName=IP:127.0.0.1' > san.ext"
-      " && openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
-      "-extfile san.ext -out server.pem"
-      " && openssl req -newkey rsa:2048 -nodes -subj /CN=admin -keyout client.key -out client.csr"
-      " && openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
-      "-out client.pem"
-      " && openssl x509 -req -in client.csr -CA rogue.pem -CAkey rogue.key -CAcreateserial "
-      "-days 2 -out rogue-client.pem"
-      " >/dev/null 2>&1";
-  return std::system(cmd.c_str()) == 0;
-}
-
 TEST_F(BlockdAccessTest, TcpManagementIsMutualTlsOnly) {
-  const fs::path certs = dir_ / "certs";
-  fs::create_directories(certs);
-  ASSERT_TRUE(make_certs(certs));
+  // A CA, a server certificate for 127.0.0.1 and a client certificate it
+  // signed; and a client certificate of another CA.
+  auto pki = kvtier::net::write_test_pki((dir_ / "certs").string(), {"admin"});
+  ASSERT_TRUE(pki.ok()) << pki.status().to_string();
+  auto rogue = kvtier::net::write_test_pki((dir_ / "rogue").string(), {"admin"});
+  ASSERT_TRUE(rogue.ok()) << rogue.status().to_string();
   // TCP without TLS: the daemon will not start.
   Daemon bad = try_start_daemon(config_, {"--tcp-listen", "127.0.0.1:0"});
   EXPECT_FALSE(bad.started);
   stop_daemon(bad, SIGKILL);
 
-  const std::string c = certs.string();
-  d_ = start_daemon(config_, {"--tcp-listen", "127.0.0.1:0", "--tls-cert", c + "/server.pem",
-                              "--tls-key", c + "/server.key", "--tls-client-ca", c + "/ca.pem"});
+  d_ = start_daemon(config_, {"--tcp-listen", "127.0.0.1:0", "--tls-cert", pki->server_cert,
+                              "--tls-key", pki->server_key, "--tls-client-ca", pki->ca_file});
   ASSERT_TRUE(d_.started);
   ASSERT_GT(d_.grpc_port, 0);
   const std::string server = " --server 127.0.0.1:" + std::to_string(d_.grpc_port);
   auto run = [&](const std::string& tls) {
     return cli_raw("blk list" + server + " --timeout 10 " + tls);
   };
-  auto ok = run("--tls-ca " + c + "/ca.pem --tls-cert " + c + "/client.pem --tls-key " + c +
-                "/client.key");
+  auto ok = run("--tls-ca " + pki->ca_file + " --tls-cert " + pki->client_cert("admin") +
+                " --tls-key " + pki->client_key("admin"));
   EXPECT_EQ(ok.code, 0) << ok.err;
-  auto rogue = run("--tls-ca " + c + "/ca.pem --tls-cert " + c + "/rogue-client.pem --tls-key " +
-                   c + "/client.key");
-  EXPECT_EQ(rogue.code, 1) << rogue.out;
+  auto foreign = run("--tls-ca " + pki->ca_file + " --tls-cert " + rogue->client_cert("admin") +
+                     " --tls-key " + rogue->client_key("admin"));
+  EXPECT_EQ(foreign.code, 1) << foreign.out;
   auto none = run("");
   EXPECT_EQ(none.code, 2);
   EXPECT_NE(none.err.find("mutual TLS"), std::string::npos) << none.err;
