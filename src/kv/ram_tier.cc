@@ -1,5 +1,6 @@
 #include "kv/ram_tier.h"
 
+#include <array>
 #include <thread>
 
 namespace kvtier::kv {
@@ -12,20 +13,37 @@ constexpr auto kRelaxed = std::memory_order_relaxed;
 }  // namespace
 
 RamTier::RamTier(uint64_t capacity_bytes, uint32_t slot_bytes, bool shared_arena)
-    : slot_bytes_(static_cast<uint32_t>(align_up(slot_bytes, 64))),
-      slot_count_(slot_bytes_ == 0 ? 0 : static_cast<uint32_t>(capacity_bytes / slot_bytes_)),
-      arena_(static_cast<size_t>(slot_count_) * slot_bytes_, shared_arena),
-      meta_(std::make_unique<Meta[]>(slot_count_)) {
-  free_.reserve(slot_count_);
-  // Hand out low slots first: they are the ones already faulted in.
-  for (uint32_t i = slot_count_; i > 0; --i) free_.push_back(i - 1);
+    : RamTier(slot_bytes, std::span<const RamPartitionSpec>(
+                              std::array{RamPartitionSpec{capacity_bytes, shared_arena}})) {}
+
+RamTier::RamTier(uint32_t slot_bytes, std::span<const RamPartitionSpec> partitions)
+    : slot_bytes_(static_cast<uint32_t>(align_up(slot_bytes, 64))) {
+  for (const RamPartitionSpec& spec : partitions) {
+    auto p = std::make_unique<Partition>();
+    p->first = slot_count_;
+    p->count = slot_bytes_ == 0 ? 0 : static_cast<uint32_t>(spec.bytes / slot_bytes_);
+    p->arena = SharedArena(static_cast<size_t>(p->count) * slot_bytes_, spec.shared);
+    p->free.reserve(p->count);
+    // Hand out low slots first: they are the ones already faulted in.
+    for (uint32_t i = p->count; i > 0; --i) p->free.push_back(p->first + i - 1);
+    slot_count_ += p->count;
+    parts_.push_back(std::move(p));
+  }
+  if (parts_.empty()) parts_.push_back(std::make_unique<Partition>());
+  meta_ = std::make_unique<Meta[]>(slot_count_);
+  for (size_t i = 0; i < parts_.size(); ++i) {
+    for (uint32_t s = 0; s < parts_[i]->count; ++s) {
+      meta_[parts_[i]->first + s].part = static_cast<uint16_t>(i);
+    }
+  }
 }
 
-std::optional<uint32_t> RamTier::allocate() {
-  std::lock_guard lock(free_mu_);
-  if (free_.empty()) return std::nullopt;
-  uint32_t s = free_.back();
-  free_.pop_back();
+std::optional<uint32_t> RamTier::allocate(size_t part) {
+  Partition& p = *parts_[part];
+  std::lock_guard lock(p.free_mu);
+  if (p.free.empty()) return std::nullopt;
+  uint32_t s = p.free.back();
+  p.free.pop_back();
   meta_[s].state.store(word(kFilling, 0), kRelaxed);
   used_.fetch_add(1, kRelaxed);
   return s;
@@ -77,12 +95,13 @@ bool RamTier::try_claim(uint32_t slot) {
   return meta_[slot].state.compare_exchange_strong(expected, word(kEvicting, 0), kAcqRel);
 }
 
-std::optional<uint32_t> RamTier::claim_victim(uint64_t now_ns) {
-  if (slot_count_ == 0) return std::nullopt;
-  std::lock_guard lock(clock_mu_);
-  for (uint64_t step = 0; step < 2ull * slot_count_; ++step) {
-    uint32_t s = hand_;
-    hand_ = hand_ + 1 == slot_count_ ? 0 : hand_ + 1;
+std::optional<uint32_t> RamTier::claim_victim(uint64_t now_ns, size_t part) {
+  Partition& p = *parts_[part];
+  if (p.count == 0) return std::nullopt;
+  std::lock_guard lock(p.clock_mu);
+  for (uint64_t step = 0; step < 2ull * p.count; ++step) {
+    uint32_t s = p.first + p.hand;
+    p.hand = p.hand + 1 == p.count ? 0 : p.hand + 1;
     Meta& m = meta_[s];
     if (m.state.load(kRelaxed) != word(kReady, 0)) continue;
     if (m.pin_until_ns.load(kRelaxed) > now_ns) continue;
@@ -97,8 +116,9 @@ void RamTier::release_slot(uint32_t slot) {
   m.key = Key128{};
   m.state.store(word(kFree, 0), std::memory_order_release);
   used_.fetch_sub(1, kRelaxed);
-  std::lock_guard lock(free_mu_);
-  free_.push_back(slot);
+  Partition& p = *parts_[m.part];
+  std::lock_guard lock(p.free_mu);
+  p.free.push_back(slot);
 }
 
 void RamTier::recycle(uint32_t slot) {

@@ -3,6 +3,12 @@
 // nothing and allocates in O(1)), per-slot metadata for leases and pins, and
 // a CLOCK hand that finds eviction victims in amortised O(1).
 //
+// The slots may be cut into partitions, each its own arena with its own
+// free list and CLOCK hand: a block placed in a partition only ever evicts
+// blocks of that partition, and a client that maps a partition's arena sees
+// only what was placed there (one arena per tenant of a store service).
+// Slot numbers run across all partitions; offsets are within a partition.
+//
 // Slot life cycle (state word = state << 24 | lease count):
 //   kFree --allocate--> kFilling --publish--> kReady --claim_victim--> kEvicting --release_slot-->
 //   kFree
@@ -19,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "common/buffer.h"
@@ -27,22 +34,38 @@
 
 namespace kvtier::kv {
 
+// One partition of the tier: `bytes / slot_bytes` slots in an arena of its
+// own. `shared`: the arena is a sealed memfd that same-host clients may map
+// read-only (arena_fd()), to copy leased blocks out themselves.
+struct RamPartitionSpec {
+  uint64_t bytes = 0;
+  bool shared = false;
+};
+
 class RamTier {
  public:
-  // `capacity_bytes / slot_bytes` slots; zero slots is a valid, disabled tier.
-  // `shared_arena`: the slots live in a sealed memfd that same-host clients
-  // may map read-only (arena_fd()), to copy leased blocks out themselves.
+  // One partition of `capacity_bytes / slot_bytes` slots; zero slots is a
+  // valid, disabled tier.
   RamTier(uint64_t capacity_bytes, uint32_t slot_bytes, bool shared_arena = false);
+  // Partitions in order (partition 0 first); any may have zero slots.
+  RamTier(uint32_t slot_bytes, std::span<const RamPartitionSpec> partitions);
 
   uint32_t slot_count() const { return slot_count_; }
   uint32_t slot_bytes() const { return slot_bytes_; }
-  uint64_t arena_bytes() const { return arena_.size(); }
-  // The arena's memfd (read-only to whoever maps it later), or -1.
-  int arena_fd() const { return arena_.fd(); }
-  uint64_t slot_offset(uint32_t slot) const { return static_cast<uint64_t>(slot) * slot_bytes_; }
+  size_t partition_count() const { return parts_.size(); }
+  uint32_t partition_slots(size_t part) const { return parts_[part]->count; }
+  uint32_t partition_of(uint32_t slot) const { return meta_[slot].part; }
+  uint64_t arena_bytes(size_t part = 0) const { return parts_[part]->arena.size(); }
+  // The partition's memfd (read-only to whoever maps it later), or -1.
+  int arena_fd(size_t part = 0) const { return parts_[part]->arena.fd(); }
+  // Where `slot` lies in its partition's arena.
+  uint64_t slot_offset(uint32_t slot) const {
+    return static_cast<uint64_t>(slot - parts_[meta_[slot].part]->first) * slot_bytes_;
+  }
 
-  // Takes a free slot (state kFilling), or nothing when all are in use.
-  std::optional<uint32_t> allocate();
+  // Takes a free slot of partition `part` (state kFilling), or nothing when
+  // all of its slots are in use.
+  std::optional<uint32_t> allocate(size_t part = 0);
   // Fills in the slot's identity and makes it readable (kReady). When
   // `hold_lease`, the caller keeps one lease and must release() it.
   void publish(uint32_t slot, const Key128& key, uint16_t ns, uint32_t length, uint32_t crc,
@@ -52,9 +75,10 @@ class RamTier {
   bool try_lease(uint32_t slot, const Key128& key, uint16_t ns);
   void release(uint32_t slot);
 
-  // Finds a slot with no lease, no live pin and no recent reference, and
-  // moves it to kEvicting. Scans at most two turns of the clock.
-  std::optional<uint32_t> claim_victim(uint64_t now_ns);
+  // Finds a slot of partition `part` with no lease, no live pin and no
+  // recent reference, and moves it to kEvicting. Scans at most two turns of
+  // the partition's clock.
+  std::optional<uint32_t> claim_victim(uint64_t now_ns, size_t part = 0);
   // Returns a kEvicting or kFilling slot to the free list.
   void release_slot(uint32_t slot);
   // Turns a claimed (kEvicting) slot straight into a kFilling one for the
@@ -72,7 +96,7 @@ class RamTier {
   void touch(uint32_t slot) { meta_[slot].referenced.store(1, std::memory_order_relaxed); }
 
   std::byte* data(uint32_t slot) {
-    return arena_.data() + static_cast<uint64_t>(slot) * slot_bytes_;
+    return parts_[meta_[slot].part]->arena.data() + slot_offset(slot);
   }
   const Key128& key(uint32_t slot) const { return meta_[slot].key; }
   uint16_t ns(uint32_t slot) const { return meta_[slot].ns; }
@@ -96,17 +120,22 @@ class RamTier {
     uint32_t length = 0;
     uint32_t crc = 0;
     uint16_t ns = 0;
+    uint16_t part = 0;  // fixed at construction
+  };
+  struct Partition {
+    uint32_t first = 0;  // its slots are [first, first + count)
+    uint32_t count = 0;
+    SharedArena arena;
+    std::mutex free_mu;
+    std::vector<uint32_t> free;  // guarded by free_mu
+    std::mutex clock_mu;
+    uint32_t hand = 0;  // an offset within the partition, guarded by clock_mu
   };
 
   uint32_t slot_bytes_;
-  uint32_t slot_count_;
-  SharedArena arena_;
+  uint32_t slot_count_ = 0;
+  std::vector<std::unique_ptr<Partition>> parts_;
   std::unique_ptr<Meta[]> meta_;
-
-  std::mutex free_mu_;
-  std::vector<uint32_t> free_;  // guarded by free_mu_
-  std::mutex clock_mu_;
-  uint32_t hand_ = 0;  // guarded by clock_mu_
   std::atomic<uint32_t> used_{0};
 };
 

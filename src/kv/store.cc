@@ -138,8 +138,28 @@ Status Store::init() {
   if (opts_.ram_bytes == 0 && !opts_.volume) {
     return Status::invalid_argument("a store needs a RAM tier, a volume, or both");
   }
+  uint64_t private_bytes = 0;
+  for (uint64_t b : opts_.private_arena_bytes) {
+    if (b < opts_.max_object_bytes) {
+      return Status::invalid_argument(
+          fmt::format("a private RAM arena of {} bytes cannot hold one object of {} bytes", b,
+                      opts_.max_object_bytes));
+    }
+    private_bytes += b;
+  }
+  if (private_bytes > opts_.ram_bytes) {
+    return Status::invalid_argument(
+        fmt::format("private RAM arenas of {} bytes in all do not fit in ram_bytes {}",
+                    private_bytes, opts_.ram_bytes));
+  }
+  if (opts_.private_arena_bytes.size() >= 0xffff) {
+    return Status::invalid_argument("too many private RAM arenas");
+  }
   m_ = std::make_unique<Metrics>(metrics_);
-  ram_ = std::make_unique<RamTier>(opts_.ram_bytes, opts_.max_object_bytes, opts_.share_ram_arena);
+  std::vector<RamPartitionSpec> parts{{opts_.ram_bytes - private_bytes, opts_.share_ram_arena}};
+  for (uint64_t b : opts_.private_arena_bytes) parts.push_back({b, true});
+  ram_ = std::make_unique<RamTier>(opts_.max_object_bytes, parts);
+  ns_arena_ = std::make_unique<std::atomic<uint16_t>[]>(65536);
   uint64_t capacity = opts_.index_capacity;
   if (capacity == 0) {
     capacity = ram_->slot_count() + 1024;
@@ -161,8 +181,18 @@ Status Store::init() {
 }
 
 Result<uint16_t> Store::register_namespace(const Namespace& ns) {
+  return register_namespace(ns, 0);
+}
+
+Result<uint16_t> Store::register_namespace(const Namespace& ns, uint16_t arena) {
   KVTIER_RETURN_IF_ERROR(ns.validate());
-  return namespaces_.intern(ns.digest(), true);
+  if (arena >= ram_->partition_count()) {
+    return Status::invalid_argument(
+        fmt::format("no RAM arena {} (the store has {})", arena, ram_->partition_count()));
+  }
+  auto handle = namespaces_.intern(ns.digest(), true);
+  if (handle.ok()) ns_arena_[*handle].store(arena, std::memory_order_release);
+  return handle;
 }
 
 void Store::release_namespace(uint16_t ns) { namespaces_.release(ns); }
@@ -232,10 +262,11 @@ void Store::evict_slot(uint32_t slot) {
   if (dropped) m_->eviction_drops.add();
 }
 
-std::optional<uint32_t> Store::obtain_slot() {
-  if (ram_->slot_count() == 0) return std::nullopt;
-  if (auto s = ram_->allocate()) return s;
-  auto victim = ram_->claim_victim(now_ns());
+std::optional<uint32_t> Store::obtain_slot(uint16_t ns) {
+  const uint16_t arena = ns_arena_[ns].load(std::memory_order_acquire);
+  if (ram_->partition_slots(arena) == 0) return std::nullopt;
+  if (auto s = ram_->allocate(arena)) return s;
+  auto victim = ram_->claim_victim(now_ns(), arena);
   if (!victim) return std::nullopt;  // every block is leased or pinned
   evict_slot(*victim);
   ram_->recycle(*victim);
@@ -312,7 +343,7 @@ Result<PutResult> Store::put(uint16_t ns, const Key128& key, ByteView data) {
     return res;
   }
   const uint32_t crc = crc32c(data);
-  if (auto slot = obtain_slot()) {
+  if (auto slot = obtain_slot(ns)) {
     copy_block(ram_->data(*slot), data.data(), data.size());
     ram_->publish(*slot, key, ns, static_cast<uint32_t>(data.size()), crc, /*hold_lease=*/true);
     IndexRecord rec;
@@ -431,7 +462,7 @@ MissReason Store::disk_failure(const IndexRecord& rec, const Status& st) {
 }
 
 void Store::promote(uint16_t ns, const Key128& key, ByteView data, uint32_t expected_crc) {
-  auto slot = obtain_slot();
+  auto slot = obtain_slot(ns);
   if (!slot) return;
   copy_block(ram_->data(*slot), data.data(), data.size());
   // The bytes come from the caller's buffer, which the caller may have
@@ -620,8 +651,12 @@ Result<std::optional<RamLease>> Store::lease_ram(uint16_t ns, const Key128& key)
     if (!rec || rec->ns != ns || !rec->in_ram()) return std::optional<RamLease>();
     if (ram_->try_lease(rec->ram_slot, key, ns)) {
       const uint32_t slot = rec->ram_slot;
-      RamLease lease{slot, ram_->slot_offset(slot), ram_->length(slot), ram_->data(slot),
-                     ram_->crc(slot)};
+      RamLease lease{slot,
+                     ram_->slot_offset(slot),
+                     ram_->length(slot),
+                     ram_->data(slot),
+                     ram_->crc(slot),
+                     static_cast<uint16_t>(ram_->partition_of(slot))};
       m_->hits_ram.add();
       m_->get_bytes.add(lease.length);
       m_->get_latency.record(now_ns() - t0);
@@ -634,9 +669,15 @@ Result<std::optional<RamLease>> Store::lease_ram(uint16_t ns, const Key128& key)
 
 void Store::release_ram_lease(uint32_t slot) { ram_->release(slot); }
 
-int Store::ram_arena_fd() const { return ram_->arena_fd(); }
+int Store::ram_arena_fd(uint16_t arena) const {
+  return arena < ram_->partition_count() ? ram_->arena_fd(arena) : -1;
+}
 
-uint64_t Store::ram_arena_bytes() const { return ram_->arena_bytes(); }
+uint64_t Store::ram_arena_bytes(uint16_t arena) const {
+  return arena < ram_->partition_count() ? ram_->arena_bytes(arena) : 0;
+}
+
+size_t Store::ram_arena_count() const { return ram_->partition_count(); }
 
 Result<MatchResult> Store::match_prefix(uint16_t ns, std::span<const Key128> keys) {
   KVTIER_RETURN_IF_ERROR(check_open());

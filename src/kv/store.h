@@ -51,6 +51,12 @@ struct StoreOptions {
   // pages. A client that maps the arena can read every block in RAM, of
   // every namespace: turn it off where tenants on one host must not.
   bool share_ram_arena = false;
+  // Further RAM arenas cut out of ram_bytes, each a sealed memfd of its own
+  // (arena 1, 2, ...): a namespace registered into one keeps its RAM blocks
+  // there and evicts only blocks of that arena, so a client given that
+  // arena's fd sees no other arena's blocks (a store service gives each
+  // tenant that opts in an arena of its own). Each holds at least one object.
+  std::vector<uint64_t> private_arena_bytes;
   uint64_t io_timeout_ms = 2000;
   // Index capacity in blocks; 0 = RAM slots + volume bytes / object size.
   uint64_t index_capacity = 0;
@@ -73,6 +79,7 @@ struct RamLease {
   uint32_t length = 0;
   const std::byte* data = nullptr;  // the bytes, in this process
   uint32_t crc = 0;                 // CRC32C of the bytes, as stored
+  uint16_t arena = 0;               // the arena `offset` is in
 };
 
 class Store final : public KvStore {
@@ -82,6 +89,9 @@ class Store final : public KvStore {
 
   // Validates `ns` and returns the handle that put/get take.
   Result<uint16_t> register_namespace(const Namespace& ns) override;
+  // The same, keeping the namespace's RAM blocks in `arena` (0: the common
+  // one; see StoreOptions::private_arena_bytes) from now on.
+  Result<uint16_t> register_namespace(const Namespace& ns, uint16_t arena);
 
   Result<PutResult> put(uint16_t ns, const Key128& key, ByteView data) override;
   Result<GetResult> get(uint16_t ns, const Key128& key, MutableByteView out) override;
@@ -102,9 +112,11 @@ class Store final : public KvStore {
   // disk tier and counts the miss). Every lease must be released once.
   Result<std::optional<RamLease>> lease_ram(uint16_t ns, const Key128& key);
   void release_ram_lease(uint32_t slot);
-  // The RAM arena's sealed memfd (see StoreOptions::share_ram_arena), or -1.
-  int ram_arena_fd() const;
-  uint64_t ram_arena_bytes() const;
+  // A RAM arena's sealed memfd (see StoreOptions::share_ram_arena and
+  // private_arena_bytes), or -1 when that arena is not shareable.
+  int ram_arena_fd(uint16_t arena = 0) const;
+  uint64_t ram_arena_bytes(uint16_t arena = 0) const;
+  size_t ram_arena_count() const;
   // Drops a block from every tier. Returns whether it was present.
   Result<bool> remove(uint16_t ns, const Key128& key) override;
   // Protects the RAM copies of `keys` from eviction for `ttl_ms` (a session
@@ -144,7 +156,8 @@ class Store final : public KvStore {
   Status check_open() const;
   // Frees a RAM slot, demoting its block to disk when no disk copy exists.
   void evict_slot(uint32_t slot);
-  std::optional<uint32_t> obtain_slot();
+  // A RAM slot in namespace `ns`'s arena, evicting one of its blocks if needed.
+  std::optional<uint32_t> obtain_slot(uint16_t ns);
   PutResult put_to_disk(uint16_t ns, const Key128& key, ByteView data, uint32_t crc);
   void promote(uint16_t ns, const Key128& key, ByteView data, uint32_t expected_crc);
   // Classifies a failed disk read and drops a record that is really bad.
@@ -161,6 +174,8 @@ class Store final : public KvStore {
   std::unique_ptr<Index> index_;
   NamespaceTable namespaces_;
   std::unique_ptr<RamTier> ram_;
+  // Each namespace handle's RAM arena (written at registration).
+  std::unique_ptr<std::atomic<uint16_t>[]> ns_arena_;
   std::unique_ptr<DiskTier> disk_;
   std::unique_ptr<DiskAdmission> admission_;
   std::atomic<bool> closed_{false};

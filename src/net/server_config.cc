@@ -259,7 +259,6 @@ Status ServerConfig::validate() const {
       return Status::invalid_argument("give auth_token or tenants, not both");
     }
     std::set<std::string> names, tokens, cert_names;
-    int arena_tenants = 0;
     for (const auto& t : tenants) {
       if (t.name.empty() || t.name.size() > 64 ||
           t.name.find_first_not_of(
@@ -293,11 +292,11 @@ Status ServerConfig::validate() const {
         return Status::invalid_argument(
             fmt::format("tenant '{}': max_connections and max_namespaces must be >= 1", t.name));
       }
-      arena_tenants += t.share_ram_arena ? 1 : 0;
-    }
-    if (arena_tenants > 1) {
-      return Status::invalid_argument(
-          "at most one tenant may set share_ram_arena (the arena holds every tenant's blocks)");
+      if (t.share_ram_arena && t.max_ram_bytes == 0) {
+        return Status::invalid_argument(fmt::format(
+            "tenant '{}': share_ram_arena needs max_ram_bytes (the size of its own RAM arena)",
+            t.name));
+      }
     }
   }
   if (auth_token.size() > kMaxStringBytes) {

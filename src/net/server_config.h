@@ -57,9 +57,11 @@ struct TenantConfig {
   // eviction or remove() brings the tenant back under it.
   uint64_t max_ram_bytes = 0;
   uint64_t max_disk_bytes = 0;
-  // The shared RAM arena (reads straight from RAM over the direct channel)
-  // lets a client read every block in RAM: only for a tenant that opts in,
-  // and only one tenant may (the arena is the store's one RAM tier).
+  // An arena of its own (reads straight from RAM over the direct channel):
+  // its blocks in RAM live in a sealed memfd of max_ram_bytes (required)
+  // that holds no other tenant's, and its puts evict its own older blocks
+  // there rather than being refused at max_ram_bytes. Other tenants' blocks
+  // share the rest of the RAM tier, which is never mapped by any client.
   bool share_ram_arena = false;
 };
 

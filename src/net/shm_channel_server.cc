@@ -150,6 +150,12 @@ Result<ShmLeaseGetResponse> ShmChannelServer::lease_get(const ShmLeaseGetRequest
       unreserve();
       return lease.status();
     }
+    if (*lease && (*lease)->arena != ctx_.arena) {
+      // In an arena this client has not mapped (the namespace was placed
+      // elsewhere): copy it into the client's area instead.
+      ctx_.store->release_ram_lease((*lease)->slot);
+      *lease = std::nullopt;
+    }
     if (!*lease) unreserve();
     if (*lease) {
       if ((*lease)->length > req.buffer_bytes) {

@@ -32,7 +32,8 @@ namespace kvtier::net {
 struct ShmChannelContext {
   kv::Store* store = nullptr;
   std::shared_ptr<ShmArea> area;  // the client's area (misses of the arena path land here)
-  bool lease_from_arena = false;  // the store's RAM arena is shared with this client
+  bool lease_from_arena = false;  // the store's RAM arena `arena` is shared with this client
+  uint16_t arena = 0;
   uint32_t max_object_bytes = 0;
   uint32_t max_match_keys = kMaxMatchKeys;
   uint32_t max_descriptor_bytes = kMaxDescriptorBytes;  // a MatchPrefix key list

@@ -415,8 +415,12 @@ struct StoreServer::Impl {
   FrameLimits frame_limits;
   std::unique_ptr<ServerMetrics> m;
   std::unique_ptr<TenantRegistry> tenants;
-  std::shared_ptr<asio::ssl::context> tls;  // null: plain TCP
-  mutable std::mutex mu;                    // guards the fields below
+  // The RAM arena of each tenant that opted in to one (store arena 1, 2,
+  // ...; fixed at start). Other tenants' blocks live in arena 0, which a
+  // multi-tenant server shares with no one.
+  std::unordered_map<std::string, uint16_t> tenant_arena;  // by tenant name
+  std::shared_ptr<asio::ssl::context> tls;                 // null: plain TCP
+  mutable std::mutex mu;                                   // guards the fields below
   std::condition_variable cv;
   std::unordered_map<uint64_t, std::shared_ptr<ServerConnection>> conns;
   size_t active = 0;         // connections being served (not the refused ones)
@@ -657,6 +661,13 @@ struct StoreServer::Impl {
 
   // ---- tenants' byte quotas -------------------------------------------------------
 
+  // The store arena a tenant's blocks live in (0 without one of its own).
+  uint16_t arena_of(const TenantConfig* t) const {
+    if (!t) return 0;
+    auto it = tenant_arena.find(t->name);
+    return it == tenant_arena.end() ? 0 : it->second;
+  }
+
   static PutOutcome quota_refusal() {
     return {kv::PutResult::Outcome::kRefused, kv::Tier::kNone, kv::RefuseReason::kQuota};
   }
@@ -669,7 +680,7 @@ struct StoreServer::Impl {
     const TenantConfig* t = c.tenant;
     if (!t || (t->max_ram_bytes == 0 && t->max_disk_bytes == 0)) return sizes.size();
     const auto [ram, disk] = refresh_holdings(*t);
-    return tenants->admit_bytes(*t, ram, disk, sizes);
+    return tenants->admit_bytes(*t, ram, disk, sizes, arena_of(c.tenant) != 0);
   }
 
   // Walks tenant `t`'s holdings (at most max_namespaces): forgets those it no
@@ -801,7 +812,9 @@ struct StoreServer::Impl {
         if (c.tenant) refresh_holdings(*c.tenant);
         // On a store thread: with the table full, registering may wait for
         // puts in flight (bounded, kv/namespace_table.h).
-        auto r = co_await run_in_pool(*pool, [&s, &ns] { return s.register_namespace(ns); });
+        const uint16_t arena = arena_of(c.tenant);
+        auto r = co_await run_in_pool(*pool,
+                                      [&s, &ns, arena] { return s.register_namespace(ns, arena); });
         if (!r.ok()) co_return co_await send_error(c, rid, r.status());
         // The connection holds one registration of each namespace it
         // registered (released when it ends): a second one is given back.
@@ -1440,18 +1453,21 @@ struct StoreServer::Impl {
     }
     done.clear();  // joins them, outside mu
     const bool keep = (msg.flags & kShmAttachWantChannel) != 0 && cfg.shm_direct_channel && room;
-    // The arena shows every block in RAM: a multi-tenant server shares it
-    // only with the one tenant that opted in (server_config.h).
-    const bool arena_allowed =
-        cfg.shm_share_ram_arena && (!conn->tenant || conn->tenant->share_ram_arena);
-    const int arena = keep && arena_allowed ? store->ram_arena_fd() : -1;
-    if (!shm_attach_grant(sock, keep, arena, arena >= 0 ? store->ram_arena_bytes() : 0) || !keep) {
+    // An arena shows every block in it: a single-tenant server shares its
+    // one arena; a multi-tenant server gives a tenant that opted in its own
+    // arena, which holds only that tenant's blocks, and other tenants none.
+    const uint16_t arena_id = arena_of(conn->tenant);
+    const bool arena_allowed = cfg.shm_share_ram_arena && (!conn->tenant || arena_id != 0);
+    const int arena = keep && arena_allowed ? store->ram_arena_fd(arena_id) : -1;
+    if (!shm_attach_grant(sock, keep, arena, arena >= 0 ? store->ram_arena_bytes(arena_id) : 0) ||
+        !keep) {
       return;
     }
     ShmChannelContext ctx;
     ctx.store = store.get();
     ctx.area = std::move(area);
     ctx.lease_from_arena = arena >= 0;
+    ctx.arena = arena_id;
     ctx.max_object_bytes = limits.max_object_bytes;
     ctx.max_match_keys = limits.max_match_keys;
     ctx.max_descriptor_bytes = limits.max_descriptor_bytes;
@@ -1639,8 +1655,14 @@ Result<std::unique_ptr<StoreServer>> StoreServer::start(const ServerConfig& conf
   if (!store) {
     auto opts = make_store_options(config.store);
     if (!opts.ok()) return opts.status();
-    opts->share_ram_arena =
+    const bool sharing =
         config.shm_enabled && config.shm_direct_channel && config.shm_share_ram_arena;
+    // Multi-tenant: arena 0 holds every tenant's blocks, so it is never
+    // shared; each tenant that opts in gets an arena of its own instead.
+    opts->share_ram_arena = sharing && config.tenants.empty();
+    for (const TenantConfig& t : config.tenants) {
+      if (sharing && t.share_ram_arena) opts->private_arena_bytes.push_back(t.max_ram_bytes);
+    }
     auto s = kv::Store::open(*opts);
     if (!s.ok()) return Status(s.status().code(), "opening the store: " + s.status().message());
     store = std::move(*s);
@@ -1671,6 +1693,19 @@ Result<std::unique_ptr<StoreServer>> StoreServer::start(const ServerConfig& conf
 
   I.m = std::make_unique<ServerMetrics>(I.store->metrics());
   I.tenants = std::make_unique<TenantRegistry>(I.cfg.tenants, I.store->metrics());
+  if (config.shm_enabled && config.shm_direct_channel && config.shm_share_ram_arena) {
+    uint16_t next_arena = 1;
+    for (const TenantConfig& t : I.cfg.tenants) {
+      if (!t.share_ram_arena) continue;
+      if (next_arena >= I.store->ram_arena_count()) {
+        return Status::invalid_argument(fmt::format(
+            "tenant '{}' sets share_ram_arena but the store has no private RAM arena for it "
+            "(StoreOptions::private_arena_bytes)",
+            t.name));
+      }
+      I.tenant_arena[t.name] = next_arena++;
+    }
+  }
   if (config.tls) {
     auto ctx = make_server_tls_context(*config.tls);
     if (!ctx.ok()) return ctx.status();

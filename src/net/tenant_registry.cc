@@ -160,7 +160,7 @@ void TenantRegistry::forget_holding(const TenantConfig& t, uint16_t handle,
 }
 
 size_t TenantRegistry::admit_bytes(const TenantConfig& t, uint64_t ram_used, uint64_t disk_used,
-                                   std::span<const size_t> sizes) {
+                                   std::span<const size_t> sizes, bool own_arena) {
   std::lock_guard lk(mu_);
   State& s = state_.at(t.name);
   s.ram_bytes->set(static_cast<int64_t>(ram_used));
@@ -168,7 +168,7 @@ size_t TenantRegistry::admit_bytes(const TenantConfig& t, uint64_t ram_used, uin
   size_t n = 0;
   for (size_t b : sizes) {
     // A put lands in RAM and may later be written to disk: it must fit both.
-    if (t.max_ram_bytes && ram_used + b > t.max_ram_bytes) {
+    if (t.max_ram_bytes && !own_arena && ram_used + b > t.max_ram_bytes) {
       s.refused_ram->add(sizes.size() - n);
       break;
     }

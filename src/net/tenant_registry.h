@@ -70,8 +70,11 @@ class TenantRegistry {
   // How many of `sizes` (puts in order) fit under the tenant's RAM and disk
   // byte quotas given what it holds now; refusals are counted
   // (quota="ram_bytes" / "disk_bytes") and the usage gauges set.
+  // `own_arena`: the tenant's RAM blocks live in an arena of max_ram_bytes
+  // of its own, which bounds them by evicting its older blocks: only the
+  // disk quota refuses.
   size_t admit_bytes(const TenantConfig& t, uint64_t ram_used, uint64_t disk_used,
-                     std::span<const size_t> sizes);
+                     std::span<const size_t> sizes, bool own_arena = false);
   Status acquire_pins(const TenantConfig& t, uint64_t blocks);
   void release_pins(const TenantConfig& t, uint64_t blocks);
 

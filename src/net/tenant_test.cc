@@ -51,7 +51,7 @@ std::unique_ptr<RemoteStore> tenant_client(const StoreServer& s, const std::stri
 TEST(TenantConfig, ParsedAndChecked) {
   auto ok = parse_server_config(R"({"tenants": [
       {"name": "a", "token": "0123456789abcdef", "max_connections": 2, "max_namespaces": 3,
-       "max_pinned_blocks": 4, "share_ram_arena": true},
+       "max_pinned_blocks": 4, "max_ram_bytes": 8388608, "share_ram_arena": true},
       {"name": "b.team-1", "token": "fedcba9876543210"}]})");
   ASSERT_TRUE(ok.ok()) << ok.status().to_string();
   ASSERT_EQ(ok->tenants.size(), 2u);
@@ -71,9 +71,8 @@ TEST(TenantConfig, ParsedAndChecked) {
       {R"({"tenants": [{"name": "a", "token": "0123456789abcdef"},
                        {"name": "b", "token": "0123456789abcdef"}]})",
        "another tenant"},
-      {R"({"tenants": [{"name": "a", "token": "0123456789abcdef", "share_ram_arena": true},
-                       {"name": "b", "token": "0123456789abcdeX", "share_ram_arena": true}]})",
-       "at most one tenant"},
+      {R"({"tenants": [{"name": "a", "token": "0123456789abcdef", "share_ram_arena": true}]})",
+       "share_ram_arena needs max_ram_bytes"},
       {R"({"auth_token": "x", "tenants": [{"name": "a", "token": "0123456789abcdef"}]})",
        "not both"},
       {R"({"tenants": [{"name": "a", "token": "0123456789abcdef", "quota": 1}]})",
