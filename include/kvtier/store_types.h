@@ -73,6 +73,11 @@ struct DiskTierStats {
   uint64_t write_timeouts = 0;  // appends/flushes refused: device writes pending too long
   uint64_t reads = 0, bytes_read = 0, buffer_reads = 0;
   uint64_t direct_reads = 0;  // of `reads`, those that went straight into the caller's buffer
+  // Direct reads whose caller took its pages back at the deadline (the
+  // device answered later, into pages no one sees), and reads that could
+  // have gone direct but were staged because the device could not pin the
+  // caller's pages (e.g. RLIMIT_MEMLOCK).
+  uint64_t direct_revoked = 0, direct_unpinned = 0;
   uint64_t read_corrupt = 0, read_io_errors = 0;
   uint64_t regions_reclaimed = 0, entries_evicted = 0, entries_reinserted = 0;
   uint64_t recovered_entries = 0, recovery_dropped = 0, recovered_tombstones = 0;

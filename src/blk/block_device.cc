@@ -61,6 +61,12 @@ void BlockDevice::readv(uint64_t offset, std::span<const MutableByteView> parts,
   }
 }
 
+Result<int> BlockDevice::pin_buffer(MutableByteView) {
+  return Status::failed_precondition(name() + ": cannot pin buffers for its reads");
+}
+
+void BlockDevice::unpin_buffer(int) {}
+
 Status BlockDevice::write_sync(uint64_t offset, ByteView src) {
   return wait_for([&](IoCallback cb) { write(offset, src, std::move(cb)); });
 }

@@ -80,6 +80,17 @@ class BlockDevice {
 
   virtual DeviceStats stats() const = 0;
 
+  // Pins `buf` for this device's reads (io_uring registered buffers): a
+  // read whose destination is exactly `buf` lands in the pages pinned now,
+  // whatever happens to the mapping later, so a caller that gives up on the
+  // read may map fresh pages over its range (common/fresh_pages.h) and
+  // return. Returns a handle for unpin_buffer(), which must wait until no
+  // read into `buf` is in flight. Devices that move data through the
+  // caller's addresses themselves (user-space devices) cannot: the default
+  // refuses with kFailedPrecondition.
+  virtual Result<int> pin_buffer(MutableByteView buf);
+  virtual void unpin_buffer(int handle);
+
   // Blocking helpers built on the asynchronous calls (for tools and tests;
   // never call them from a completion callback). A device whose commands
   // block a thread anyway may run a blocking read or write on the caller's.

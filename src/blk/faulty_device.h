@@ -68,6 +68,9 @@ class FaultyDevice : public BlockDevice {
 
   // The inner device's stats, with injected errors added to `errors`.
   DeviceStats stats() const override;
+  // The inner device's: a hung read is still the inner device's read.
+  Result<int> pin_buffer(MutableByteView buf) override { return inner_->pin_buffer(buf); }
+  void unpin_buffer(int handle) override { inner_->unpin_buffer(handle); }
 
   // Probability in [0, 1] that a read (write) fails with kIoError without
   // reaching the inner device.

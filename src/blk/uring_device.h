@@ -93,6 +93,11 @@ class UringDevice : public BlockDevice {
 
   DeviceStats stats() const override;
 
+  // register_buffer() and unregister_buffer(): a read into exactly `buf`
+  // is a READ_FIXED into the pages pinned at registration.
+  Result<int> pin_buffer(MutableByteView buf) override { return register_buffer(buf); }
+  void unpin_buffer(int handle) override { (void)unregister_buffer(handle); }
+
   // Registers `buf` with the ring so that reads and writes whose buffer lies
   // entirely inside it use READ_FIXED/WRITE_FIXED (no per-I/O page pinning).
   // Returns the registration index. Fails (e.g. RLIMIT_MEMLOCK exceeded, table

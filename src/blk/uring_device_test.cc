@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "blk/test_util.h"
+#include "common/fresh_pages.h"
 
 namespace kvtier::blk {
 namespace {
@@ -280,6 +281,63 @@ TEST_F(UringDeviceTest, RegisteredBuffers) {
   EXPECT_EQ(dev->fixed_buffer_ios(), 2u);
   EXPECT_EQ(std::memcmp(arena.data() + (768 << 10), arena.data(), 4096), 0);
   EXPECT_EQ(dev->register_buffer(MutableByteView()).status().code(), StatusCode::kInvalidArgument);
+}
+
+// What revocable direct reads rest on (kv/read_target.h): a fixed-buffer
+// read writes the pages pinned at registration, so after fresh pages are
+// mapped over the caller's range a late answer lands in the old pages and
+// the caller's memory stays as it is. A plain read of the same late answer
+// lands in whatever the range maps by then, which is why a plain direct read
+// cannot be given up. A pipe stands in for a device that has not answered.
+TEST(UringFixedRead, LateAnswerLandsInThePinnedPagesNotTheFreshOnes) {
+  io_uring ring;
+  ASSERT_EQ(io_uring_queue_init(4, &ring, 0), 0);
+  if (io_uring_register_buffers_sparse(&ring, 1) != 0) {
+    io_uring_queue_exit(&ring);
+    GTEST_SKIP() << "no sparse registered-buffer tables";
+  }
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  auto run = [&](bool fixed) {
+    AlignedBuffer buf(page, page);
+    std::memset(buf.data(), 0x11, page);
+    if (fixed) {
+      iovec iov{buf.data(), page};
+      __u64 tag = 0;
+      if (io_uring_register_buffers_update_tag(&ring, 0, &iov, &tag, 1) < 0) return -1;
+    }
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+    if (fixed) {
+      io_uring_prep_read_fixed(sqe, fds[0], buf.data(), page, 0, 0);
+    } else {
+      io_uring_prep_read(sqe, fds[0], buf.data(), page, 0);
+    }
+    EXPECT_EQ(io_uring_submit(&ring), 1);
+    // The read is waiting for data: take the range back.
+    EXPECT_TRUE(replace_with_fresh_pages(buf.data(), page));
+    std::vector<char> data(page, 0x5A);
+    EXPECT_EQ(::write(fds[1], data.data(), page), static_cast<ssize_t>(page));
+    io_uring_cqe* cqe = nullptr;
+    EXPECT_EQ(io_uring_wait_cqe(&ring, &cqe), 0);
+    EXPECT_EQ(cqe->res, static_cast<int>(page)) << "the read did complete";
+    io_uring_cqe_seen(&ring, cqe);
+    int landed = 0;
+    for (size_t i = 0; i < page; ++i) landed += buf.data()[i] == std::byte{0x5A};
+    if (fixed) {
+      iovec none{nullptr, 0};
+      __u64 tag = 0;
+      io_uring_register_buffers_update_tag(&ring, 0, &none, &tag, 1);
+    }
+    return landed;
+  };
+  const int fixed_landed = run(true);
+  ASSERT_GE(fixed_landed, 0) << "cannot register a buffer here";
+  EXPECT_EQ(fixed_landed, 0) << "a fixed read wrote the fresh pages";
+  EXPECT_EQ(run(false), static_cast<int>(page)) << "a plain read writes whatever is mapped";
+  ::close(fds[0]);
+  ::close(fds[1]);
+  io_uring_queue_exit(&ring);
 }
 
 TEST_F(UringDeviceTest, FlushAndTrim) {

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -86,21 +87,43 @@ TEST(DiskDirectRead, AlignedBufferGetsThePayloadWithoutStaging) {
 
 // On a real O_DIRECT file: a direct get is one device request (header page,
 // payload and partial last page in one vectored read), and the bytes are right.
-TEST(DiskDirectRead, OnUringDeviceADirectGetIsOneDeviceRequest) {
-  const char* tmp = std::getenv("TMPDIR");
-  const std::filesystem::path dir = std::filesystem::path(tmp && *tmp ? tmp : "/tmp") /
-                                    ("kvtier-direct-readv-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  blk::UringOptions uo;
-  uo.path = (dir / "vol").string();
-  uo.create_size = 32 << 20;
-  auto dev = blk::UringDevice::open(uo);
-  if (!dev.ok() && dev.status().code() == StatusCode::kFailedPrecondition) {
-    std::filesystem::remove_all(dir);
-    GTEST_SKIP() << dev.status().to_string();
+// A volume file for the tests that need a real io_uring device (removed
+// with the object); `volume` stays null where O_DIRECT is not supported.
+struct UringVolume {
+  std::filesystem::path dir;
+  std::shared_ptr<blk::UringDevice> volume;
+  std::string skip;
+  explicit UringVolume(const char* tag) {
+    const char* tmp = std::getenv("TMPDIR");
+    dir = std::filesystem::path(tmp && *tmp ? tmp : "/tmp") /
+          (std::string("kvtier-") + tag + "-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    blk::UringOptions uo;
+    uo.path = (dir / "vol").string();
+    uo.create_size = 32 << 20;
+    auto dev = blk::UringDevice::open(uo);
+    if (!dev.ok() && dev.status().code() == StatusCode::kFailedPrecondition) {
+      skip = dev.status().to_string();
+      return;
+    }
+    EXPECT_TRUE(dev.ok()) << dev.status().to_string();
+    if (dev.ok()) volume = std::move(dev).value();
   }
-  ASSERT_TRUE(dev.ok()) << dev.status().to_string();
-  std::shared_ptr<blk::UringDevice> volume(std::move(dev).value());
+  ~UringVolume() {
+    volume.reset();
+    std::filesystem::remove_all(dir);
+  }
+};
+
+// On a UringDevice the caller's pages are pinned for the read (so it can be
+// given up at its deadline): the header and the partial last page are read
+// into the tier's own buffer, the whole pages by a fixed-buffer read. Where
+// pinning is refused (RLIMIT_MEMLOCK) it is one vectored request.
+TEST(DiskDirectRead, OnUringDeviceADirectGetReadsThePagesIntoPinnedMemory) {
+  UringVolume u("direct-readv");
+  if (!u.skip.empty()) GTEST_SKIP() << u.skip;
+  ASSERT_TRUE(u.volume);
+  std::shared_ptr<blk::UringDevice> volume = u.volume;
   {
     Opened s(direct_options(volume));
     const uint32_t lens[] = {kObj, kObj - 100, 4096 + 1, 4096};
@@ -110,17 +133,23 @@ TEST(DiskDirectRead, OnUringDeviceADirectGetIsOneDeviceRequest) {
       AlignedBuffer out(kObj);
       const uint64_t direct_before = s.direct_reads();
       const uint64_t dev_before = volume->stats().reads;
+      const uint64_t fixed_before = volume->fixed_buffer_ios();
       auto g = s.store->get(s.ns, test_key(i), out.view());
       ASSERT_TRUE(g.ok());
       ASSERT_TRUE(g->hit) << i;
       EXPECT_EQ(g->length, lens[i]);
       EXPECT_TRUE(payload_matches(test_key(i), ByteView(out.data(), lens[i]))) << i;
       EXPECT_EQ(s.direct_reads() - direct_before, 1u) << i;
-      EXPECT_EQ(volume->stats().reads - dev_before, 1u) << "device requests for entry " << i;
+      const uint64_t fixed = volume->fixed_buffer_ios() - fixed_before;
+      const uint64_t requests = volume->stats().reads - dev_before;
+      if (fixed == 1) {
+        EXPECT_EQ(requests, lens[i] % 4096 ? 3u : 2u) << "device requests for entry " << i;
+      } else {
+        EXPECT_EQ(fixed, 0u);
+        EXPECT_EQ(requests, 1u) << "device requests for entry " << i;
+      }
     }
   }
-  volume.reset();
-  std::filesystem::remove_all(dir);
 }
 
 TEST(DiskDirectRead, UnalignedBufferFallsBackToStaging) {
@@ -265,6 +294,61 @@ TEST(DiskDirectRead, TimedOutDirectReadNeverWritesTheBufferAfterReturning) {
   auto g3 = s.store->get(s.ns, test_key(3), first.view());
   ASSERT_TRUE(g3.ok() && g3->hit);
   EXPECT_TRUE(payload_matches(test_key(3), first.view()));
+  EXPECT_EQ(s.direct_reads(), 2u);
+}
+
+// A direct read on a device that pins the caller's pages is given up at its
+// deadline like a staged one: the get returns a timeout miss while the
+// device still holds the read, the caller's range is fresh memory from then
+// on, and the device's late answer neither writes it nor drops the block.
+TEST(DiskDirectRead, PinnedDirectReadIsGivenUpAtItsDeadline) {
+  UringVolume u("direct-revoke");
+  if (!u.skip.empty()) GTEST_SKIP() << u.skip;
+  ASSERT_TRUE(u.volume);
+  auto faulty = std::make_shared<blk::FaultyDevice>(u.volume);
+  auto o = direct_options(faulty);
+  o.io_timeout_ms = 100;
+  Opened s(o);
+  for (uint64_t i = 0; i < 4; ++i) s.put(i, kObj);
+  s.push_to_device();
+  // Pinning needs locked-memory room; without it the read is not direct.
+  AlignedBuffer probe(kObj);
+  auto pin = u.volume->pin_buffer(probe.view());
+  if (!pin.ok()) GTEST_SKIP() << "cannot pin buffers here: " << pin.status().to_string();
+  u.volume->unpin_buffer(*pin);
+
+  // Held for an hour: only giving the read up can let the get return.
+  faulty->set_hang(true);
+  AlignedBuffer first(kObj);
+  std::memset(first.data(), 0x11, first.size());
+  auto g = s.store->get(s.ns, test_key(1), first.view());
+  ASSERT_TRUE(g.ok());
+  EXPECT_FALSE(g->hit);
+  EXPECT_EQ(g->miss, MissReason::kTimeout);
+  EXPECT_EQ(s.direct_reads(), 1u);
+  EXPECT_GT(faulty->fault_counters().hung, 0u) << "the device still holds the read";
+  // The range is the caller's again: fresh zero pages, whatever the device did.
+  for (size_t b = 0; b < first.size(); ++b) ASSERT_EQ(first.data()[b], std::byte{0}) << b;
+  std::memset(first.data(), 0x5A, first.size());
+  // While that read is overdue, others are staged.
+  AlignedBuffer second(kObj);
+  auto g2 = s.store->get(s.ns, test_key(2), second.view());
+  ASSERT_TRUE(g2.ok());
+  EXPECT_EQ(g2->miss, MissReason::kTimeout);
+  EXPECT_EQ(s.direct_reads(), 1u);
+
+  faulty->set_hang(false);
+  faulty->release_hung();
+  for (int i = 0; i < 2000 && s.store->local_stats().disk.direct_revoked == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(s.store->local_stats().disk.direct_revoked, 1u);
+  for (size_t b = 0; b < first.size(); ++b) ASSERT_EQ(first.data()[b], std::byte{0x5A}) << b;
+  // Nothing was dropped, and with the device back reads are direct again.
+  EXPECT_EQ(s.store->local_stats().disk.read_corrupt, 0u);
+  auto g3 = s.store->get(s.ns, test_key(1), first.view());
+  ASSERT_TRUE(g3.ok() && g3->hit);
+  EXPECT_TRUE(payload_matches(test_key(1), first.view()));
   EXPECT_EQ(s.direct_reads(), 2u);
 }
 

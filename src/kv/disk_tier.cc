@@ -1,5 +1,7 @@
 #include "kv/disk_tier.h"
 
+#include "common/fresh_pages.h"
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -73,6 +75,7 @@ struct DiskTier::Counters {
   std::atomic<uint64_t> appends{0}, bytes_appended{0}, tombstones{0};
   std::atomic<uint64_t> region_writes{0}, bytes_written{0}, write_errors{0}, write_timeouts{0};
   std::atomic<uint64_t> reads{0}, bytes_read{0}, buffer_reads{0}, direct_reads{0};
+  std::atomic<uint64_t> direct_revoked{0}, direct_unpinned{0};
   std::atomic<uint64_t> read_corrupt{0}, read_io_errors{0};
   std::atomic<uint64_t> regions_reclaimed{0}, entries_evicted{0}, entries_reinserted{0};
   std::atomic<uint64_t> recovered_entries{0}, recovery_dropped{0}, recovered_tombstones{0};
@@ -924,8 +927,14 @@ void DiskTier::read_async(const IndexRecord& rec, std::shared_ptr<ReadTarget> ta
   if (direct_ok_ && target->allow_direct() && rec.length >= kPageBytes &&
       target->out().size() >= rec.length && is_aligned_ptr(target->out().data(), kPageBytes) &&
       overdue_direct_->load(std::memory_order_acquire) == 0) {
-    read_direct(rec, ns_digest, std::move(target));
-    return;
+    // Pinned pages make the read revocable at its deadline; without them
+    // only kAlways reads directly (and then waits for the device).
+    auto pin = dev_->pin_buffer(target->out().subspan(0, align_down(rec.length, kPageBytes)));
+    if (pin.ok() || opts_.direct_reads == DiskTierOptions::DirectReads::kAlways) {
+      read_direct(rec, ns_digest, std::move(target), pin.ok() ? *pin : -1);
+      return;
+    }
+    c_->direct_unpinned.fetch_add(1, kRelaxed);
   }
   // A pooled (registered) staging buffer if one is free; otherwise a
   // temporary one. Never wait here: several callers each holding part of
@@ -957,11 +966,13 @@ void DiskTier::read_async(const IndexRecord& rec, std::shared_ptr<ReadTarget> ta
 }
 
 void DiskTier::read_direct(const IndexRecord& rec, const Key128& ns_digest,
-                           std::shared_ptr<ReadTarget> target) {
-  // One vectored device request over the entry's pages: the header page and
-  // the payload's partial last page into a small buffer of our own, the
-  // payload's whole pages straight into the caller's buffer (which must not
-  // be written past rec.length). Devices without a vectored read split it.
+                           std::shared_ptr<ReadTarget> target, int pin) {
+  // The header page and the payload's partial last page go into a small
+  // buffer of our own, the payload's whole pages straight into the caller's
+  // buffer (which must not be written past rec.length). Unpinned: one
+  // vectored device request (devices without a vectored read split it).
+  // Pinned: the whole pages are a request of their own into the pinned
+  // pages (a fixed-buffer read), so the caller can take them back.
   const uint32_t body = align_down(rec.length, kPageBytes);
   const uint32_t tail = rec.length - body;
   struct Direct {
@@ -971,20 +982,35 @@ void DiskTier::read_direct(const IndexRecord& rec, const Key128& ns_digest,
     Status error;  // first failure, guarded by mu
   };
   auto d = std::make_shared<Direct>();
-  d->left.store(1, kRelaxed);
-  target->begin_direct(overdue_direct_);
+  const bool pinned = pin >= 0;
+  d->left.store(pinned ? (tail > 0 ? 3 : 2) : 1, kRelaxed);
+  std::shared_ptr<blk::BlockDevice> dev = dev_;
+  std::function<bool()> revoke;
+  if (pinned) {
+    std::byte* pages = target->out().data();
+    revoke = [pages, body] { return replace_with_fresh_pages(pages, body); };
+  }
+  target->begin_direct(overdue_direct_, std::move(revoke));
   c_->reads.fetch_add(1, kRelaxed);
   c_->direct_reads.fetch_add(1, kRelaxed);
   const uint64_t entry_off = uint64_t{rec.disk_page} * kPageBytes;
   const uint64_t volume_id = sb_.volume_id;
   std::shared_ptr<Counters> counters = c_;
-  auto part_done = [d, target, counters, rec, ns_digest, volume_id, body, tail](Status st) {
+  auto part_done = [d, dev, pin, target, counters, rec, ns_digest, volume_id, body,
+                    tail](Status st) {
     if (!st.ok()) {
       std::lock_guard lock(d->mu);
       if (d->error.ok()) d->error = std::move(st);
     }
     if (d->left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
     // Last part: every read has landed (or failed).
+    if (pin >= 0) dev->unpin_buffer(pin);
+    if (!target->claim_direct()) {
+      // The caller took its pages back at the deadline: nothing to verify.
+      counters->direct_revoked.fetch_add(1, kRelaxed);
+      target->device_done();
+      return;
+    }
     Status result = d->error;
     uint32_t crc = 0;
     if (!result.ok()) {
@@ -1009,9 +1035,17 @@ void DiskTier::read_direct(const IndexRecord& rec, const Key128& ns_digest,
     target->complete_direct(std::move(result), crc);
   };
   static_assert(kPayloadOffset == kPageBytes, "the payload follows the header page");
-  const MutableByteView parts[3] = {d->meta.subview(0, kPageBytes), target->out().subspan(0, body),
-                                    d->meta.subview(kPageBytes, kPageBytes)};
-  dev_->readv(entry_off, std::span<const MutableByteView>(parts, tail > 0 ? 3 : 2), part_done);
+  const MutableByteView header = d->meta.subview(0, kPageBytes);
+  const MutableByteView pages = target->out().subspan(0, body);
+  const MutableByteView last = d->meta.subview(kPageBytes, kPageBytes);
+  if (!pinned) {
+    const MutableByteView parts[3] = {header, pages, last};
+    dev_->readv(entry_off, std::span<const MutableByteView>(parts, tail > 0 ? 3 : 2), part_done);
+    return;
+  }
+  dev_->read(entry_off, header, part_done);
+  dev_->read(entry_off + kPageBytes, pages, part_done);
+  if (tail > 0) dev_->read(entry_off + kPageBytes + body, last, part_done);
 }
 
 Status DiskTier::flush() {
@@ -1116,6 +1150,8 @@ DiskTierStats DiskTier::stats() const {
   s.bytes_read = c_->bytes_read.load(kRelaxed);
   s.buffer_reads = c_->buffer_reads.load(kRelaxed);
   s.direct_reads = c_->direct_reads.load(kRelaxed);
+  s.direct_revoked = c_->direct_revoked.load(kRelaxed);
+  s.direct_unpinned = c_->direct_unpinned.load(kRelaxed);
   s.read_corrupt = c_->read_corrupt.load(kRelaxed);
   s.read_io_errors = c_->read_io_errors.load(kRelaxed);
   s.regions_reclaimed = c_->regions_reclaimed.load(kRelaxed);

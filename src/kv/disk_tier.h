@@ -59,10 +59,12 @@ struct DiskTierOptions {
   bool format_if_invalid = true;
   // Cold reads straight into the caller's buffer (O_DIRECT DMA, no staging
   // copy) when that buffer is 4 KiB-aligned and the payload is at least a
-  // page. Such a read cannot be abandoned at its deadline (the device owns
-  // the buffer until it answers), so kAuto uses it only on a UringDevice,
-  // whose completions the kernel bounds (the NVMe driver's own timeout);
-  // kNever always stages; kAlways also on other devices (tests).
+  // page. kAuto uses them only on a UringDevice and only when the device can
+  // pin the caller's pages for the read (BlockDevice::pin_buffer): such a
+  // read is given up at its deadline like a staged one (kv/read_target.h);
+  // otherwise the read is staged. kNever always stages; kAlways (tests)
+  // also reads directly on other devices, where a read past its deadline
+  // then waits for the device.
   enum class DirectReads : uint8_t { kAuto, kNever, kAlways };
   // How long an append (or flush) may wait for earlier writes to complete
   // (every write buffer still flushing, e.g. a hung device) before it is
@@ -169,8 +171,10 @@ class DiskTier {
                       uint64_t expect_seq_or_zero) const;
   void drop_if_points_here(const IndexRecord& rec);
   // Starts the direct read of `rec` into target->out(); see read_async.
+  // `pin`: the device's pin of the payload's whole pages in out() (the read
+  // is then revocable), or -1.
   void read_direct(const IndexRecord& rec, const Key128& ns_digest,
-                   std::shared_ptr<ReadTarget> target);
+                   std::shared_ptr<ReadTarget> target, int pin);
   // Raises the superblock's generation floor above next_seq_ (mu_ held).
   Status reserve_seq_locked();
 

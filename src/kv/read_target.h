@@ -3,6 +3,13 @@
 // buffer only if the reader is still waiting; once the reader has given up
 // (timeout), the buffer is never touched again, so a slow or hung device can
 // turn a read into a miss without a use-after-free.
+//
+// A direct read (the device writes the caller's buffer itself) can be given
+// up too when it is revocable: the device reads into pages pinned before
+// the read began, so at the deadline the waiter maps fresh pages over the
+// caller's range (common/fresh_pages.h) and returns; the late transfer
+// lands in the old pages. A direct read that is not revocable waits for the
+// device, as it must.
 #pragma once
 
 #include <atomic>
@@ -33,15 +40,37 @@ class ReadTarget {
   // Marks the read as direct, before the device is given out(). `overdue`
   // counts direct reads past their deadline whose device has not answered:
   // the waiter raises it at the deadline and lowers it when the device
-  // answers.
-  void begin_direct(std::shared_ptr<std::atomic<int64_t>> overdue) {
+  // answers. `revoke`, when given, takes the caller's pages back from the
+  // device at the deadline (false: it could not, then the waiter waits).
+  void begin_direct(std::shared_ptr<std::atomic<int64_t>> overdue,
+                    std::function<bool()> revoke = nullptr) {
     std::lock_guard lock(mu_);
     direct_ = true;
     overdue_ = std::move(overdue);
+    revoke_ = std::move(revoke);
   }
 
-  // Completion of a direct read: the payload is already in out() (and was
-  // verified there when `st` is OK).
+  // Called by the completion of a direct read before it touches out() (to
+  // verify it or copy a tail in): true if the buffer is still the read's,
+  // false once the waiter took it back (then leave it alone and call
+  // device_done()).
+  bool claim_direct() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return !revoking_; });
+    if (revoked_) return false;
+    claimed_ = true;
+    return true;
+  }
+
+  // A revoked direct read's device has answered (its overdue count drops).
+  void device_done() {
+    std::lock_guard lock(mu_);
+    if (overdue_) overdue_->fetch_sub(1, std::memory_order_acq_rel);
+    overdue_ = nullptr;
+  }
+
+  // Completion of a direct read after claim_direct(): the payload is already
+  // in out() (and was verified there when `st` is OK).
   void complete_direct(Status st, uint32_t payload_crc) {
     std::lock_guard lock(mu_);
     if (done_) return;
@@ -100,10 +129,23 @@ class ReadTarget {
       uint64_t now = now_ns();
       if (now >= deadline_ns) {
         if (direct_) {
-          // The device still owns out(): wait for it, then report the timeout.
           if (overdue_) overdue_->fetch_add(1, std::memory_order_acq_rel);
+          if (revoke_ && !claimed_) {
+            // Take the pages back; the completion waits meanwhile (claim_direct).
+            revoking_ = true;
+            lock.unlock();
+            const bool revoked = revoke_();
+            lock.lock();
+            revoking_ = false;
+            revoked_ = revoked;
+            cv_.notify_all();
+            // The overdue count stays up until the device answers (device_done).
+            if (revoked) return Status::timeout("disk read did not complete in time");
+          }
+          // The device still owns out(): wait for it, then report the timeout.
           cv_.wait(lock, [&] { return done_; });
           if (overdue_) overdue_->fetch_sub(1, std::memory_order_acq_rel);
+          overdue_ = nullptr;
           return Status::timeout("disk read did not complete in time");
         }
         abandoned_ = true;
@@ -129,6 +171,10 @@ class ReadTarget {
   bool done_ = false;                              // guarded by mu_
   bool abandoned_ = false;                         // guarded by mu_
   bool direct_ = false;                            // guarded by mu_: the device writes out_ itself
+  std::function<bool()> revoke_;                   // guarded by mu_: takes out_ back (direct)
+  bool revoking_ = false;                          // guarded by mu_: revoke_ is running
+  bool revoked_ = false;                           // guarded by mu_: out_ is the caller's again
+  bool claimed_ = false;                           // guarded by mu_: the completion is using out_
   std::shared_ptr<std::atomic<int64_t>> overdue_;  // direct reads past deadline (the tier's)
   Status status_;                                  // guarded by mu_
   uint32_t payload_crc_ = 0;                       // written before done_, read after
