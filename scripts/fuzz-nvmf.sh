@@ -12,6 +12,6 @@ cd "$root"
 source scripts/fuzz-lib.sh
 run_fuzzer nvmf_pdu_fuzz nvmf_pdu nvmf "${1:-60}" \
   src/nvmf/pdu_fuzz.cc src/nvmf/pdu.cc src/nvmf/queue_connection.cc src/nvmf/target_state.cc \
-  src/nvmf/admin_pages.cc src/blk/mem_device.cc src/blk/block_device.cc src/common/crc32c.cc \
+  src/nvmf/admin_pages.cc src/blk/dev/mem_device.cc src/blk/block_device.cc src/common/crc32c.cc \
   src/common/status.cc src/common/buffer.cc \
   -DSPDLOG_FMT_EXTERNAL -DSPDLOG_COMPILED_LIB -lspdlog -lfmt -lpthread

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the store wire protocol fuzzer (src/net/protocol_fuzz.cc) with clang's
+# Builds the store wire protocol fuzzer (src/net/wire/protocol_fuzz.cc) with clang's
 # libFuzzer, ASan and UBSan into build-fuzz/, and runs it for a bounded time on
 # a copy of the committed corpus (fuzz/corpus/store_protocol/). Exits non-zero
 # on a finding; the input is left in build-fuzz/artifacts-protocol/.
@@ -12,5 +12,6 @@ cd "$root"
 source scripts/fuzz-lib.sh
 # The codec depends on nothing but these: the fuzzer builds in seconds.
 run_fuzzer store_protocol_fuzz store_protocol protocol "${1:-60}" \
-  src/net/protocol_fuzz.cc src/net/protocol.cc src/common/crc32c.cc src/common/status.cc \
+  src/net/wire/protocol_fuzz.cc src/net/wire/protocol.cc src/net/wire/message_codec.cc \
+  src/net/wire/frame_decoder.cc src/common/crc32c.cc src/common/status.cc \
   src/common/buffer.cc

@@ -49,9 +49,9 @@ common_flags=(-std=c++20 -g -O1 -fno-omit-frame-pointer -I "$root/src" -I "$root
               -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL
               -fsanitize=address,undefined -fno-sanitize-recover=all)
 
-# The library sources, as kvtier_module() picks them: src/<module>/*.cc minus
-# tests, fuzzers and mains.
-mapfile -t srcs < <(ls src/common/*.cc src/blk/*.cc src/kv/*.cc |
+# The library sources, as kvtier_module() picks them: src/<module>/**/*.cc
+# minus tests, fuzzers and mains.
+mapfile -t srcs < <(find src/common src/blk src/kv -name '*.cc' | sort |
                     grep -Ev '(_test|_fuzz|_main)\.cc$')
 
 # A small ninja file gives incremental builds with header dependencies.

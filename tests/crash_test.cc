@@ -31,8 +31,9 @@
 #include <thread>
 #include <vector>
 
-#include "blk/uring_device.h"
+#include "blk/dev/uring_device.h"
 #include "common/crc32c.h"
+#include "common/testing/temp_dir.h"
 #include "kv/disk_format.h"
 #include "kv/store.h"
 #include "kv/test_payload.h"
@@ -73,44 +74,6 @@ uint32_t block_length(uint64_t i, uint32_t max) {
 }
 
 Namespace crash_namespace() { return test_namespace("crash-test-model"); }
-
-// A directory on a filesystem that takes O_DIRECT and is not RAM-backed.
-// Empty, with `why` set, when there is none.
-std::string make_test_dir(const char* prefix, std::string* why) {
-  std::vector<std::string> candidates;
-  for (const char* env : {"KVTIER_TEST_DIR", "TMPDIR"}) {
-    const char* v = std::getenv(env);
-    if (v != nullptr && *v != '\0') candidates.emplace_back(v);
-  }
-  candidates.emplace_back("/var/tmp");
-  candidates.emplace_back("/tmp");
-  candidates.emplace_back(fs::current_path().string());
-  for (const std::string& base : candidates) {
-    struct statfs sfs {};
-    if (statfs(base.c_str(), &sfs) != 0) continue;
-    if (sfs.f_type == TMPFS_MAGIC || sfs.f_type == RAMFS_MAGIC) {
-      *why += base + " is RAM-backed; ";
-      continue;
-    }
-    std::string tmpl = base + "/" + prefix + ".XXXXXX";
-    if (mkdtemp(tmpl.data()) == nullptr) {
-      *why += base + ": mkdtemp failed; ";
-      continue;
-    }
-    const std::string probe = tmpl + "/probe";
-    int fd = ::open(probe.c_str(), O_CREAT | O_RDWR | O_DIRECT, 0644);
-    if (fd < 0) {
-      *why += base + ": O_DIRECT open failed (" + std::strerror(errno) + "); ";
-      std::error_code ec;
-      fs::remove_all(tmpl, ec);
-      continue;
-    }
-    ::close(fd);
-    ::unlink(probe.c_str());
-    return tmpl;
-  }
-  return {};
-}
 
 // One run of kvtier_crash_writer with its stdout on a pipe.
 class WriterProcess {
@@ -337,7 +300,7 @@ class CrashTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string why;
-    dir_ = make_test_dir("kvtier_crash_test", &why);
+    dir_ = kvtier::testing::make_direct_io_dir("kvtier_crash_test", &why);
     if (dir_.empty()) GTEST_SKIP() << "no filesystem with O_DIRECT support found: " << why;
     volume_ = dir_ + "/volume.img";
     seed_ = seed_from_env();

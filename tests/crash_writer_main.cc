@@ -28,7 +28,7 @@
 #include <memory>
 #include <string>
 
-#include "blk/uring_device.h"
+#include "blk/dev/uring_device.h"
 #include "common/buffer.h"
 #include "common/log.h"
 #include "kv/namespace.h"

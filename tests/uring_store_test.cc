@@ -15,7 +15,8 @@
 #include <thread>
 #include <vector>
 
-#include "blk/uring_device.h"
+#include "blk/dev/uring_device.h"
+#include "common/testing/temp_dir.h"
 #include "kv/store.h"
 #include "kv/test_payload.h"
 
@@ -36,50 +37,11 @@ uint32_t length_of(uint64_t i) {
 
 Namespace uring_namespace() { return test_namespace("uring-store-test"); }
 
-// A directory on a filesystem that takes O_DIRECT and is not RAM-backed
-// (tmpfs would hide the device behaviour we want to exercise). Empty, with
-// `why` set, when there is none.
-std::string make_test_dir(const char* prefix, std::string* why) {
-  std::vector<std::string> candidates;
-  for (const char* env : {"KVTIER_TEST_DIR", "TMPDIR"}) {
-    const char* v = std::getenv(env);
-    if (v != nullptr && *v != '\0') candidates.emplace_back(v);
-  }
-  candidates.emplace_back("/var/tmp");
-  candidates.emplace_back("/tmp");
-  candidates.emplace_back(fs::current_path().string());
-  for (const std::string& base : candidates) {
-    struct statfs sfs {};
-    if (statfs(base.c_str(), &sfs) != 0) continue;
-    if (sfs.f_type == TMPFS_MAGIC || sfs.f_type == RAMFS_MAGIC) {
-      *why += base + " is RAM-backed; ";
-      continue;
-    }
-    std::string tmpl = base + "/" + prefix + ".XXXXXX";
-    if (mkdtemp(tmpl.data()) == nullptr) {
-      *why += base + ": mkdtemp failed; ";
-      continue;
-    }
-    const std::string probe = tmpl + "/probe";
-    int fd = ::open(probe.c_str(), O_CREAT | O_RDWR | O_DIRECT, 0644);
-    if (fd < 0) {
-      *why += base + ": O_DIRECT open failed (" + std::strerror(errno) + "); ";
-      std::error_code ec;
-      fs::remove_all(tmpl, ec);
-      continue;
-    }
-    ::close(fd);
-    ::unlink(probe.c_str());
-    return tmpl;
-  }
-  return {};
-}
-
 class UringStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string why;
-    dir_ = make_test_dir("kvtier_uring_store", &why);
+    dir_ = kvtier::testing::make_direct_io_dir("kvtier_uring_store", &why);
     if (dir_.empty()) GTEST_SKIP() << "no filesystem with O_DIRECT support found: " << why;
     path_ = dir_ + "/volume.img";
   }

@@ -78,6 +78,9 @@ struct DiskTierStats {
   // have gone direct but were staged because the device could not pin the
   // caller's pages (e.g. RLIMIT_MEMLOCK).
   uint64_t direct_revoked = 0, direct_unpinned = 0;
+  // Direct reads past their deadline whose device has not answered yet; while
+  // any is, reads are staged.
+  uint64_t direct_overdue_now = 0;
   uint64_t read_corrupt = 0, read_io_errors = 0;
   uint64_t regions_reclaimed = 0, entries_evicted = 0, entries_reinserted = 0;
   uint64_t recovered_entries = 0, recovery_dropped = 0, recovered_tombstones = 0;

@@ -7,13 +7,13 @@
 #include <fstream>
 #include <mutex>
 
-#include "blk/uring_device.h"
+#include "blk/dev/uring_device.h"
 #include "common/log.h"
 #include "kv/store.h"
 #include "kvtier/kv_store.h"
-#include "net/cluster_store.h"
-#include "net/remote_store.h"
-#include "net/server_config.h"
+#include "net/client/remote_store.h"
+#include "net/cluster/cluster_store.h"
+#include "net/server/server_config.h"
 
 namespace kvtier::api {
 

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "blk/mem_device.h"
+#include "blk/dev/mem_device.h"
 #include "nvmf/host_device.h"
 #include "nvmf/target.h"
 

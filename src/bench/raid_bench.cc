@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "bench/fio_runner.h"
-#include "blk/raid0.h"
-#include "blk/raid_array.h"
-#include "blk/uring_device.h"
+#include "blk/dev/uring_device.h"
+#include "blk/raid/raid0.h"
+#include "blk/raid/raid_array.h"
 #include "common/buffer.h"
 #include "common/clock.h"
 

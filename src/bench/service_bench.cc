@@ -27,10 +27,10 @@
 #include "bench/memcpy_limit.h"
 #include "common/buffer.h"
 #include "kv/test_payload.h"
-#include "net/remote_store.h"
-#include "net/server_config.h"
-#include "net/store_server.h"
-#include "net/tls_certs.h"
+#include "net/client/remote_store.h"
+#include "net/server/server_config.h"
+#include "net/server/store_server.h"
+#include "net/wire/tls_certs.h"
 
 extern char** environ;
 

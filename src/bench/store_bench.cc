@@ -10,7 +10,7 @@
 
 #include "bench/fio_runner.h"
 #include "bench/memcpy_limit.h"
-#include "blk/uring_device.h"
+#include "blk/dev/uring_device.h"
 #include "common/clock.h"
 #include "kv/block_key.h"
 #include "kv/disk_format.h"

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,17 @@ struct StudyOptions {
   // profile's byte scale (the scaling rule). Tests lower it to model a store
   // faster than the machine they run on.
   double store_charge_scale = 0;
+  // Tests: when set, each store call is charged from the bytes it moved at
+  // these rates instead of its measured wall time (then times the charge
+  // scale as usual), so every throughput and every compute-or-load split of
+  // a run is the same on an idle machine and a busy one. Benchmarks leave it
+  // unset: they measure.
+  struct ModeledStoreRates {
+    double ram_load_bytes_per_s = 0;   // RAM-tier hits
+    double disk_load_bytes_per_s = 0;  // disk-tier hits
+    double save_bytes_per_s = 0;       // puts
+  };
+  std::optional<ModeledStoreRates> modeled_store;
   LoadPolicy load_policy = LoadPolicy::kRace;
   PdTransferMode pd_transfer = PdTransferMode::kLoopback;
   // Each prefill replica runs its store calls and PD sends on its own

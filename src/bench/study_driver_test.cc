@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "bench/study_testing.h"
+#include "bench/testing/study_testing.h"
 
 namespace kvtier::bench {
 namespace {

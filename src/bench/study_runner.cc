@@ -11,10 +11,9 @@
 #include <queue>
 #include <unordered_map>
 
-#include "bench/replica_worker.h"
 #include "bench/study_metrics.h"
-#include "blk/raid0.h"
-#include "blk/uring_device.h"
+#include "blk/dev/uring_device.h"
+#include "blk/raid/raid0.h"
 #include "engine/engine.h"
 #include "engine/hbm_prefix_pool.h"
 #include "engine/kv_connector.h"
@@ -23,6 +22,7 @@
 #include "nvmf/host_device.h"
 #include "nvmf/target.h"
 #include "serve/kv_transfer.h"
+#include "serve/replica_worker.h"
 #include "serve/router.h"
 
 namespace kvtier::bench {
@@ -92,7 +92,7 @@ struct PrefillReplica {
   std::unique_ptr<engine::HbmPrefixPool> pool;
   engine::LoadRateTracker load_rates;  // charged seconds per block, per tier
   // The replica's own thread and store connection.
-  std::unique_ptr<ReplicaWorker> worker;
+  std::unique_ptr<serve::ReplicaWorker> worker;
   std::unique_ptr<engine::KvConnector> connector;
   // The write-behind save of the last request, and when its prefill ended.
   std::optional<std::future<Result<engine::SaveOutcome>>> save;
@@ -222,7 +222,7 @@ Status Run::setup() {
   busy_.resize(o_.prefill_replicas);
   for (auto& p : prefills_) {
     if (spec_.hbm_pool) p.pool = std::make_unique<engine::HbmPrefixPool>(hbm_blocks);
-    p.worker = std::make_unique<ReplicaWorker>();
+    p.worker = std::make_unique<serve::ReplicaWorker>();
   }
   res_.replica_threads = static_cast<uint32_t>(prefills_.size());
   decode_budget_.assign(o_.decode_replicas, 0);
@@ -372,8 +372,11 @@ Status Run::finish_save(PrefillReplica& p, double scale) {
   res_.write_refusals += save->refused;
   res_.store_save_bytes += save->bytes;
   res_.store_wall_s += save->wall_s;
-  res_.store_charged_s += save->wall_s * scale;
-  p.save_free_at = std::max(p.save_after, p.save_free_at) + save->wall_s * scale;
+  const double save_s = o_.modeled_store
+                            ? static_cast<double>(save->bytes) / o_.modeled_store->save_bytes_per_s
+                            : save->wall_s;
+  res_.store_charged_s += save_s * scale;
+  p.save_free_at = std::max(p.save_after, p.save_free_at) + save_s * scale;
   return Status::ok_status();
 }
 
@@ -426,7 +429,8 @@ Status Run::start_prefill(size_t pi, double now) {
   size_t cached = hbm;     // blocks served from HBM or the store
   size_t load_from = hbm;  // under the race, [hbm, load_from) is recomputed during the load
   size_t store_matched = 0;
-  double load_s = 0;
+  double load_s = 0;       // the load's time, as charged (measured, or modeled in tests)
+  double load_wall_s = 0;  // the load's measured wall time
   const double scale = charge_scale();
   // This replica's earlier save comes before its load (one store path per
   // replica): book it now.
@@ -454,9 +458,16 @@ Status Run::start_prefill(size_t pi, double now) {
                     .get();
     if (!load.ok()) return load.status();
     store_matched = load->store_matched;
-    load_s = load->wall_s;
-    p.load_rates.observe(kv::Tier::kRam, load->from_ram, load->ram_wall_s * scale);
-    p.load_rates.observe(kv::Tier::kDisk, load->from_disk, load->disk_wall_s * scale);
+    load_s = load_wall_s = load->wall_s;
+    double ram_s = load->ram_wall_s, disk_s = load->disk_wall_s;
+    if (o_.modeled_store) {
+      ram_s = static_cast<double>(load->bytes - load->disk_bytes) /
+              o_.modeled_store->ram_load_bytes_per_s;
+      disk_s = static_cast<double>(load->disk_bytes) / o_.modeled_store->disk_load_bytes_per_s;
+      load_s = ram_s + disk_s;
+    }
+    p.load_rates.observe(kv::Tier::kRam, load->from_ram, ram_s * scale);
+    p.load_rates.observe(kv::Tier::kDisk, load->from_disk, disk_s * scale);
     res_.verify_failures += load->verify_failures;
     res_.store_load_bytes += load->bytes;
     res_.store_disk_load_bytes += load->disk_bytes;
@@ -493,8 +504,8 @@ Status Run::start_prefill(size_t pi, double now) {
 
   if (p.pool) p.pool->insert(keys);
 
-  res_.store_wall_s += load_s;
-  res_.store_load_wall_s += load_s;
+  res_.store_wall_s += load_wall_s;
+  res_.store_load_wall_s += load_wall_s;
   res_.store_charged_s += load_s * scale;
   // The load starts once the replica's earlier saves are out of the way.
   const double load_start = load_s > 0 && cached > hbm ? std::max(now, p.save_free_at) : now;
@@ -610,7 +621,7 @@ Result<CaseResult> Run::run() {
   for (auto& p : prefills_) KVTIER_RETURN_IF_ERROR(finish_save(p, scale));
   std::vector<const std::vector<std::pair<uint64_t, uint64_t>>*> intervals;
   for (auto& p : prefills_) intervals.push_back(&p.worker->busy());
-  res_.replica_overlap_wall_s = overlap_seconds(intervals);
+  res_.replica_overlap_wall_s = serve::overlap_seconds(intervals);
   res_.throughput_rps = throughput_rps(res_.completed, res_.first_start_s, res_.last_end_s);
   for (const auto& b : busy_) res_.busy_union_s += union_length(b);
   res_.gross_busy_saved_ratio = gross_busy_time_saved(

@@ -12,7 +12,7 @@
 // scaled like the store's, is charged between prefill and first token.
 //
 // Replicas run on threads of their own: each prefill replica's store calls
-// and PD sends are jobs on its ReplicaWorker (bench/replica_worker.h), each
+// and PD sends are jobs on its ReplicaWorker (serve/replica_worker.h), each
 // decode replica's receiver has its own thread. The event loop (the gateway
 // and the virtual clock) never makes a store call or a send itself. It keeps
 // causality by waiting for a job's result only when an event depends on it:

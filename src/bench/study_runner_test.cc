@@ -9,7 +9,7 @@
 #include <string>
 
 #include "bench/study_metrics.h"
-#include "bench/study_testing.h"
+#include "bench/testing/study_testing.h"
 #include "engine/engine.h"
 
 namespace kvtier::bench {
@@ -158,14 +158,41 @@ std::string summary(const CaseResult& r) {
 // The expected shape at small scale, on a hand-made workload of 48 sessions x
 // 16 turns (prompts of 30-75 blocks = 30K-77K deployment tokens) with the
 // scaled H100 profile. These tests pin the mechanism (which tier serves which
-// prefix, and that a served prefix beats recomputing it), so the store's wall
-// time is charged x(byte scale / 20): a store 20x faster than a shared CI
-// machine's, whose disk speed swings with its neighbours' load. The bench run
+// prefix, and that a served prefix beats recomputing it), so they must not
+// depend on how busy the machine is: the store's calls really run, with real
+// bytes, but are charged at fixed rates of the order this machine measures
+// (StudyOptions::modeled_store), and the PD transfer is modeled. Every
+// throughput below is then the same on every run. The store is charged
+// x(byte scale / 20): a store 20x faster than the machine's. The bench run
 // (tests/study, check_shape.py) measures this machine at the real scale.
+StudyOptions shape_options() {
+  StudyOptions o = small_options();
+  o.modeled_store = StudyOptions::ModeledStoreRates{4e9, 1e9, 1e9};
+  o.pd_transfer = PdTransferMode::kModeled;
+  o.store_charge_scale = o.profile.byte_scale() / 20;
+  return o;
+}
+
+// With modeled store rates, a run's figures do not depend on the machine's
+// speed at that moment: two runs of the same case agree to the last bit.
+TEST(StudyRunner, ModeledStoreRatesMakeARunRepeatable) {
+  auto w = testing::tiny_workload(12, 6, 30, 3, 2, 16, 8, 8);
+  auto o = shape_options();
+  o.ram_bytes = 8ull << 30;  // small enough that the disk tier serves some
+  const CaseResult a = run_case(w, StudyCase::kD, o, 12, 6);
+  const CaseResult b = run_case(w, StudyCase::kD, o, 12, 6);
+  EXPECT_GT(a.store_hit_blocks, 0u) << summary(a);
+  EXPECT_EQ(a.throughput_rps, b.throughput_rps) << summary(a) << "\n" << summary(b);
+  EXPECT_EQ(a.store_hit_blocks, b.store_hit_blocks);
+  EXPECT_EQ(a.store_blocks_from_disk, b.store_blocks_from_disk);
+  EXPECT_EQ(a.race_recomputed_blocks, b.race_recomputed_blocks);
+  EXPECT_EQ(a.store_charged_s, b.store_charged_s);
+  EXPECT_EQ(a.ttft_s, b.ttft_s);
+}
+
 TEST(StudyShape, ShortReuseSharedTiersFarAboveRecomputeAndLocalCache) {
   auto w = testing::tiny_workload(48, 16, 30, 3, 2, 16, 8, 8);
-  auto o = small_options();
-  o.store_charge_scale = o.profile.byte_scale() / 20;
+  auto o = shape_options();
   std::map<StudyCase, CaseResult> r;
   for (auto c : {StudyCase::kA, StudyCase::kB, StudyCase::kC, StudyCase::kD}) {
     r[c] = run_case(w, c, o, 16, 0);
@@ -192,9 +219,8 @@ TEST(StudyShape, ShortReuseSharedTiersFarAboveRecomputeAndLocalCache) {
 // the HBM pools and a 96 GiB RAM tier over before it returns.
 TEST(StudyShape, LongReuseDiskTiersAboveRamOnlyAndLocalCache) {
   auto w = testing::tiny_workload(48, 16, 30, 3, 2, 16, 8, 8);
-  auto o = small_options();
+  auto o = shape_options();
   o.ram_bytes = 96ull << 30;
-  o.store_charge_scale = o.profile.byte_scale() / 20;
   std::map<StudyCase, CaseResult> r;
   for (auto c : {StudyCase::kB, StudyCase::kC, StudyCase::kD, StudyCase::kF}) {
     r[c] = run_case(w, c, o, 48, 24);
@@ -222,7 +248,7 @@ TEST(StudyShape, LongReuseDiskTiersAboveRamOnlyAndLocalCache) {
 // neither reaches B, which has no store to write to.)
 TEST(StudyShape, RaceGainsFromATierSlowerThanRecompute) {
   auto w = testing::tiny_workload(48, 16, 30, 3, 2, 16, 8, 8);
-  auto o = small_options();
+  auto o = shape_options();
   o.ram_bytes = 96ull << 30;
   o.store_charge_scale = o.profile.byte_scale() * 20;
   o.load_policy = LoadPolicy::kLoadAll;
@@ -243,8 +269,7 @@ TEST(StudyShape, RaceGainsFromATierSlowerThanRecompute) {
 // cached block, as the study's connector does, and loses nothing.
 TEST(StudyShape, RaceLoadsEverythingFromAFastTier) {
   auto w = testing::tiny_workload(24, 8, 30, 3, 2, 16, 8, 8);
-  auto o = small_options();
-  o.store_charge_scale = o.profile.byte_scale() / 20;
+  auto o = shape_options();
   o.load_policy = LoadPolicy::kLoadAll;
   const CaseResult load = run_case(w, StudyCase::kC, o, 16, 0);
   o.load_policy = LoadPolicy::kRace;

@@ -61,11 +61,19 @@ void BlockDevice::readv(uint64_t offset, std::span<const MutableByteView> parts,
   }
 }
 
-Result<int> BlockDevice::pin_buffer(MutableByteView) {
-  return Status::failed_precondition(name() + ": cannot pin buffers for its reads");
+DeviceCapabilities BlockDevice::capabilities() const {
+  DeviceCapabilities c;
+  c.alignment = buffer_alignment();
+  return c;
 }
 
-void BlockDevice::unpin_buffer(int) {}
+Result<int> BlockDevice::register_buffer(MutableByteView) {
+  return Status::failed_precondition(name() + ": cannot register buffers");
+}
+
+Status BlockDevice::unregister_buffer(int handle) {
+  return Status::invalid_argument(name() + ": no registered buffer " + std::to_string(handle));
+}
 
 Status BlockDevice::write_sync(uint64_t offset, ByteView src) {
   return wait_for([&](IoCallback cb) { write(offset, src, std::move(cb)); });

@@ -52,6 +52,23 @@ struct DeviceCounters {
   }
 };
 
+// The answers of BlockDevice::capabilities().
+struct DeviceCapabilities {
+  // register_buffer() works (io_uring fixed buffers).
+  bool registered_buffers = false;
+  // readv() of several parts is one device request, not one per part.
+  bool vectored_reads = false;
+  // read() lands straight in the caller's buffer (kernel DMA, O_DIRECT) with
+  // no copy by the device, so reading into a caller's buffer rather than a
+  // staging one saves a copy.
+  bool direct_reads = false;
+  // Required buffer alignment (buffer_alignment()).
+  uint32_t alignment = 1;
+  // The largest single request the device takes whole; 0: no limit (larger
+  // requests are split by the device itself).
+  uint64_t max_transfer_bytes = 0;
+};
+
 class BlockDevice {
  public:
   virtual ~BlockDevice() = default;
@@ -80,16 +97,24 @@ class BlockDevice {
 
   virtual DeviceStats stats() const = 0;
 
-  // Pins `buf` for this device's reads (io_uring registered buffers): a
-  // read whose destination is exactly `buf` lands in the pages pinned now,
-  // whatever happens to the mapping later, so a caller that gives up on the
-  // read may map fresh pages over its range (common/fresh_pages.h) and
-  // return. Returns a handle for unpin_buffer(), which must wait until no
-  // read into `buf` is in flight. Devices that move data through the
-  // caller's addresses themselves (user-space devices) cannot: the default
-  // refuses with kFailedPrecondition.
-  virtual Result<int> pin_buffer(MutableByteView buf);
-  virtual void unpin_buffer(int handle);
+  // What this device can do beyond the contract above. Upper layers choose
+  // their path by asking, never by the device's concrete class; a stacking
+  // device (partition, QoS, health, fault injector, RAID0) answers for what
+  // lies beneath it.
+  virtual DeviceCapabilities capabilities() const;
+
+  // With capabilities().registered_buffers: registers `buf` so that reads and
+  // writes lying inside it skip per-request page pinning, and a read into it
+  // lands in the pages pinned now, whatever happens to the mapping later. So
+  // a caller that gives up on such a read may map fresh pages over its range
+  // (common/fresh_pages.h) and return. Returns a handle for
+  // unregister_buffer(); the memory stays valid until then, and no read into
+  // `buf` may be in flight when it is called. Without the capability (devices
+  // that move data through the caller's addresses themselves), or when the
+  // kernel refuses (RLIMIT_MEMLOCK, table full), fails: callers go on
+  // without registration.
+  virtual Result<int> register_buffer(MutableByteView buf);
+  virtual Status unregister_buffer(int handle);
 
   // Blocking helpers built on the asynchronous calls (for tools and tests;
   // never call them from a completion callback). A device whose commands

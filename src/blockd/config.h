@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "blk/qos_device.h"
+#include "blk/stack/qos_device.h"
 #include "common/status.h"
 
 namespace kvtier::blockd {

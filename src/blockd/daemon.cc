@@ -5,11 +5,24 @@
 
 #include <algorithm>
 
-#include "blk/mem_device.h"
-#include "blk/partition.h"
-#include "blk/uring_device.h"
+#include "blk/dev/mem_device.h"
+#include "blk/dev/uring_device.h"
+#include "blk/stack/partition.h"
 
 namespace kvtier::blockd {
+
+void stats_to_proto(const blk::HealthDevice& dev, v1::Stats* out) {
+  const auto s = dev.stats();
+  out->set_reads(s.reads);
+  out->set_writes(s.writes);
+  out->set_bytes_read(s.bytes_read);
+  out->set_bytes_written(s.bytes_written);
+  out->set_errors(s.errors);
+  out->set_read_p50_us(dev.read_latency().quantile(0.5) / 1e3);
+  out->set_read_p99_us(dev.read_latency().quantile(0.99) / 1e3);
+  out->set_write_p50_us(dev.write_latency().quantile(0.5) / 1e3);
+  out->set_write_p99_us(dev.write_latency().quantile(0.99) / 1e3);
+}
 
 namespace {
 
@@ -36,19 +49,6 @@ void qos_to_proto(const blk::QosLimits& l, v1::Qos* q) {
 }
 
 bool is_array(const std::string& kind) { return kind.rfind("raid", 0) == 0; }
-
-std::string prom_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    if (c == '\n') {
-      o += "\\n";
-      continue;
-    }
-    o += c;
-  }
-  return o;
-}
 
 }  // namespace
 
@@ -514,17 +514,7 @@ v1::Volume BlockDaemon::describe_locked(const Volume& v) const {
     }
   }
   o.set_state(state);
-  const auto s = v.health->stats();
-  auto* st = o.mutable_stats();
-  st->set_reads(s.reads);
-  st->set_writes(s.writes);
-  st->set_bytes_read(s.bytes_read);
-  st->set_bytes_written(s.bytes_written);
-  st->set_errors(s.errors);
-  st->set_read_p50_us(v.health->read_latency().quantile(0.5) / 1e3);
-  st->set_read_p99_us(v.health->read_latency().quantile(0.99) / 1e3);
-  st->set_write_p50_us(v.health->write_latency().quantile(0.5) / 1e3);
-  st->set_write_p99_us(v.health->write_latency().quantile(0.99) / 1e3);
+  stats_to_proto(*v.health, o.mutable_stats());
   return o;
 }
 
@@ -574,253 +564,6 @@ Result<std::string> BlockDaemon::read(const v1::ReadRequest& r) {
   AlignedBuffer buf(std::max<size_t>(r.length(), 1), 4096);
   KVTIER_RETURN_IF_ERROR((*dev)->read_sync(r.offset(), buf.subview(0, r.length())));
   return std::string(reinterpret_cast<const char*>(buf.data()), r.length());
-}
-
-Status BlockDaemon::check_not_exported_locked(const std::string& volume) const {
-  auto it = volumes_.find(volume);
-  if (it != volumes_.end() && !it->second->exported_as.empty()) {
-    return Status::failed_precondition(
-        fmt::format("'{}' is exported as '{}'", volume, it->second->exported_as));
-  }
-  return Status::ok_status();
-}
-
-Status BlockDaemon::start_export_locked(ExportConfig cfg) {
-  if (!valid_export_nqn(cfg.nqn)) {
-    return Status::invalid_argument(fmt::format(
-        "export NQN '{}' must start with 'nqn.' and be at most 223 bytes of printable ASCII",
-        cfg.nqn));
-  }
-  if (exports_.count(cfg.nqn)) {
-    return Status::already_exists(fmt::format("export '{}' exists", cfg.nqn));
-  }
-  for (const auto& h : cfg.allowed_hosts) {
-    if (!valid_export_nqn(h)) {
-      return Status::invalid_argument(fmt::format("allowed host '{}' is not an NQN", h));
-    }
-  }
-  auto v = find_locked(cfg.volume);
-  if (!v.ok()) return v.status();
-  if (!(*v)->error.empty() || !(*v)->qos) {
-    return Status::unavailable(fmt::format("'{}' is unavailable", cfg.volume));
-  }
-  if (!(*v)->used_by.empty()) {
-    return Status::failed_precondition(
-        fmt::format("'{}' is part of '{}'; export that volume", cfg.volume, (*v)->used_by));
-  }
-  if (!(*v)->exported_as.empty()) {
-    return Status::already_exists(
-        fmt::format("'{}' is already exported as '{}'", cfg.volume, (*v)->exported_as));
-  }
-  KVTIER_RETURN_IF_ERROR(paths_.check_export(cfg.address, cfg.allow_any_host));
-  auto e = std::make_unique<Export>();
-  // Errors of remote hosts must not fail the volume: count only.
-  blk::HealthOptions ho;
-  ho.degraded_after = 0;
-  ho.error_budget = 0;
-  e->counted = std::make_shared<blk::HealthDevice>((*v)->qos, ho);
-  nvmf::TargetConfig tc;
-  tc.address = cfg.address;
-  tc.port = cfg.port;
-  nvmf::SubsystemConfig sub;
-  sub.nqn = cfg.nqn;
-  sub.namespaces.push_back(e->counted);
-  sub.allowed_hosts = cfg.allowed_hosts;
-  sub.allow_any_host = cfg.allow_any_host;
-  tc.subsystems.push_back(std::move(sub));
-  auto t = nvmf::NvmfTarget::start(std::move(tc));
-  if (!t.ok()) {
-    return Status(t.status().code(), fmt::format("export '{}' on {}:{}: {}", cfg.nqn, cfg.address,
-                                                 cfg.port, t.status().message()));
-  }
-  e->target = std::move(*t);
-  cfg.port = e->target->port();  // a restart binds the same port again
-  e->cfg = std::move(cfg);
-  (*v)->exported_as = e->cfg.nqn;
-  export_order_.push_back(e->cfg.nqn);
-  exports_[e->cfg.nqn] = std::move(e);
-  return Status::ok_status();
-}
-
-Result<v1::Export> BlockDaemon::create_export(const v1::CreateExportRequest& r) {
-  std::lock_guard lk(mu_);
-  if (r.port() > 65535) return Status::invalid_argument("port must be 1..65535 (0: 4420)");
-  ExportConfig c;
-  c.nqn = r.nqn();
-  c.volume = r.volume();
-  if (!r.address().empty()) c.address = r.address();
-  c.port = r.port() ? static_cast<uint16_t>(r.port()) : 4420;
-  c.allowed_hosts.assign(r.allowed_hosts().begin(), r.allowed_hosts().end());
-  c.allow_any_host = r.allow_any_host();
-  KVTIER_RETURN_IF_ERROR(start_export_locked(c));
-  Status st = persist_locked();
-  if (!st.ok()) {
-    // Not persisted: not created.
-    exports_.at(c.nqn)->target->stop();
-    exports_.erase(c.nqn);
-    export_order_.pop_back();
-    volumes_.at(c.volume)->exported_as.clear();
-    return st;
-  }
-  return describe_export_locked(*exports_.at(c.nqn));
-}
-
-Result<v1::Export> BlockDaemon::delete_export(const std::string& nqn) {
-  std::lock_guard lk(mu_);
-  auto it = exports_.find(nqn);
-  if (it == exports_.end()) return Status::not_found(fmt::format("no export '{}'", nqn));
-  if (it->second->target) it->second->target->stop();  // closes every connection
-  v1::Export out = describe_export_locked(*it->second);
-  out.set_state("deleted");
-  if (volumes_.count(it->second->cfg.volume)) volumes_[it->second->cfg.volume]->exported_as.clear();
-  exports_.erase(it);
-  export_order_.erase(std::find(export_order_.begin(), export_order_.end(), nqn));
-  KVTIER_RETURN_IF_ERROR(persist_locked());
-  return out;
-}
-
-v1::ExportList BlockDaemon::list_exports() const {
-  std::lock_guard lk(mu_);
-  v1::ExportList l;
-  for (const auto& n : export_order_) *l.add_exports() = describe_export_locked(*exports_.at(n));
-  return l;
-}
-
-v1::Export BlockDaemon::describe_export_locked(const Export& e) const {
-  v1::Export o;
-  o.set_nqn(e.cfg.nqn);
-  o.set_volume(e.cfg.volume);
-  o.set_address(e.cfg.address);
-  o.set_port(e.cfg.port);
-  for (const auto& h : e.cfg.allowed_hosts) o.add_allowed_hosts(h);
-  o.set_allow_any_host(e.cfg.allow_any_host);
-  if (!e.error.empty()) {
-    o.set_state("unavailable: " + e.error);
-    return o;
-  }
-  o.set_state("serving");
-  o.set_connections(e.target->connections_served());
-  const auto s = e.counted->stats();
-  auto* st = o.mutable_stats();
-  st->set_reads(s.reads);
-  st->set_writes(s.writes);
-  st->set_bytes_read(s.bytes_read);
-  st->set_bytes_written(s.bytes_written);
-  st->set_errors(s.errors);
-  st->set_read_p50_us(e.counted->read_latency().quantile(0.5) / 1e3);
-  st->set_read_p99_us(e.counted->read_latency().quantile(0.99) / 1e3);
-  st->set_write_p50_us(e.counted->write_latency().quantile(0.5) / 1e3);
-  st->set_write_p99_us(e.counted->write_latency().quantile(0.99) / 1e3);
-  return o;
-}
-
-std::string BlockDaemon::render_metrics() const {
-  std::lock_guard lk(mu_);
-  std::string out;
-  auto family = [&](const char* name, const char* type, const char* help) {
-    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
-  };
-  auto each = [&](const char* name, auto value_of) {
-    for (const auto& n : order_) {
-      const Volume& v = *volumes_.at(n);
-      if (!v.qos) continue;
-      out += fmt::format("{}{{volume=\"{}\",kind=\"{}\"}} {}\n", name, prom_escape(n), v.cfg.kind,
-                         value_of(v));
-    }
-  };
-  family("kvtier_blockd_volume_up", "gauge", "1 when the volume is usable (online or degraded)");
-  for (const auto& n : order_) {
-    const Volume& v = *volumes_.at(n);
-    refresh_remote_state(v);
-    bool up = v.error.empty();
-    if (up && v.raid) up = v.raid->status().state != blk::ArrayState::kFailed;
-    if (up && !v.raid) {
-      const auto hs = v.health->state();
-      up = hs != blk::HealthState::kFailed && hs != blk::HealthState::kRemoved;
-    }
-    out += fmt::format("kvtier_blockd_volume_up{{volume=\"{}\",kind=\"{}\"}} {}\n", prom_escape(n),
-                       v.cfg.kind, up ? 1 : 0);
-  }
-  auto each_remote = [&](const char* name, auto value_of) {
-    for (const auto& n : order_) {
-      const Volume& v = *volumes_.at(n);
-      if (v.remote)
-        out += fmt::format("{}{{volume=\"{}\"}} {}\n", name, prom_escape(n), value_of(v));
-    }
-  };
-  family("kvtier_blockd_remote_connected", "gauge",
-         "Remote volumes: 1 while the NVMe/TCP connection is up, 0 while reconnecting");
-  each_remote("kvtier_blockd_remote_connected",
-              [](const Volume& v) { return v.remote->connected() ? 1 : 0; });
-  family("kvtier_blockd_remote_reconnects_total", "counter",
-         "Remote volumes: connections re-established after a loss");
-  each_remote("kvtier_blockd_remote_reconnects_total",
-              [](const Volume& v) { return v.remote->reconnects(); });
-  family("kvtier_blockd_volume_capacity_bytes", "gauge", "Usable bytes");
-  each("kvtier_blockd_volume_capacity_bytes", [](const Volume& v) { return v.qos->capacity(); });
-  family("kvtier_blockd_volume_reads_total", "counter", "Completed reads");
-  each("kvtier_blockd_volume_reads_total", [](const Volume& v) { return v.health->stats().reads; });
-  family("kvtier_blockd_volume_writes_total", "counter", "Completed writes");
-  each("kvtier_blockd_volume_writes_total",
-       [](const Volume& v) { return v.health->stats().writes; });
-  family("kvtier_blockd_volume_read_bytes_total", "counter", "Bytes read");
-  each("kvtier_blockd_volume_read_bytes_total",
-       [](const Volume& v) { return v.health->stats().bytes_read; });
-  family("kvtier_blockd_volume_written_bytes_total", "counter", "Bytes written");
-  each("kvtier_blockd_volume_written_bytes_total",
-       [](const Volume& v) { return v.health->stats().bytes_written; });
-  family("kvtier_blockd_volume_errors_total", "counter", "Failed requests");
-  each("kvtier_blockd_volume_errors_total",
-       [](const Volume& v) { return v.health->stats().errors; });
-  family("kvtier_blockd_volume_read_latency_p99_seconds", "gauge", "Read latency, 99th percentile");
-  each("kvtier_blockd_volume_read_latency_p99_seconds",
-       [](const Volume& v) { return v.health->read_latency().quantile(0.99) / 1e9; });
-  family("kvtier_blockd_volume_write_latency_p99_seconds", "gauge",
-         "Write latency, 99th percentile");
-  each("kvtier_blockd_volume_write_latency_p99_seconds",
-       [](const Volume& v) { return v.health->write_latency().quantile(0.99) / 1e9; });
-  family("kvtier_blockd_array_members", "gauge", "Array members by state");
-  family("kvtier_blockd_array_rebuild_rows_done", "gauge", "Rows rebuilt by the current rebuild");
-  for (const auto& n : order_) {
-    const Volume& v = *volumes_.at(n);
-    if (!v.raid) continue;
-    const auto st = v.raid->status();
-    for (auto s :
-         {blk::MemberState::kActive, blk::MemberState::kFailed, blk::MemberState::kRebuilding}) {
-      const auto c = std::count_if(st.members.begin(), st.members.end(),
-                                   [&](const auto& m) { return m.state == s; });
-      out += fmt::format("kvtier_blockd_array_members{{volume=\"{}\",state=\"{}\"}} {}\n",
-                         prom_escape(n), blk::member_state_name(s), c);
-    }
-    out += fmt::format("kvtier_blockd_array_rebuild_rows_done{{volume=\"{}\"}} {}\n",
-                       prom_escape(n), st.rebuild_rows_done);
-  }
-  auto each_export = [&](const char* name, const char* type, const char* help, auto value_of) {
-    family(name, type, help);
-    for (const auto& n : export_order_) {
-      const Export& e = *exports_.at(n);
-      if (!e.target && std::string(name) != "kvtier_blockd_export_up") continue;
-      out += fmt::format("{}{{nqn=\"{}\",volume=\"{}\"}} {}\n", name, prom_escape(n),
-                         prom_escape(e.cfg.volume), value_of(e));
-    }
-  };
-  each_export("kvtier_blockd_export_up", "gauge", "1 when the NVMe/TCP export is serving",
-              [](const Export& e) { return e.target ? 1 : 0; });
-  each_export("kvtier_blockd_export_connections_total", "counter",
-              "NVMe/TCP queue connections accepted",
-              [](const Export& e) { return e.target->connections_served(); });
-  each_export("kvtier_blockd_export_reads_total", "counter", "Reads through the export",
-              [](const Export& e) { return e.counted->stats().reads; });
-  each_export("kvtier_blockd_export_writes_total", "counter", "Writes through the export",
-              [](const Export& e) { return e.counted->stats().writes; });
-  each_export("kvtier_blockd_export_read_bytes_total", "counter", "Bytes read through the export",
-              [](const Export& e) { return e.counted->stats().bytes_read; });
-  each_export("kvtier_blockd_export_written_bytes_total", "counter",
-              "Bytes written through the export",
-              [](const Export& e) { return e.counted->stats().bytes_written; });
-  each_export("kvtier_blockd_export_errors_total", "counter", "Failed requests of the export",
-              [](const Export& e) { return e.counted->stats().errors; });
-  return out;
 }
 
 }  // namespace kvtier::blockd

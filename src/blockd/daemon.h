@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "blk/block_device.h"
-#include "blk/health_device.h"
-#include "blk/qos_device.h"
-#include "blk/raid0.h"
-#include "blk/raid_array.h"
+#include "blk/raid/raid0.h"
+#include "blk/raid/raid_array.h"
+#include "blk/stack/health_device.h"
+#include "blk/stack/qos_device.h"
 #include "blockd.pb.h"
 #include "blockd/config.h"
 #include "blockd/volume_paths.h"
@@ -31,6 +31,10 @@
 #include "nvmf/target.h"
 
 namespace kvtier::blockd {
+
+// A watched device's counters and latency quantiles, as the API reports them
+// (for a volume and for an export alike).
+void stats_to_proto(const blk::HealthDevice& dev, v1::Stats* out);
 
 class BlockDaemon {
  public:

@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "blk/mem_device.h"
+#include "blk/dev/mem_device.h"
 #include "kv/block_key.h"
 #include "kv/store.h"
 

@@ -298,9 +298,10 @@ TEST(BlockKeyPerf, Chain128KTokensXxh3IsFast) {
   }
   EXPECT_EQ(n, 8192u);
   std::printf("chain_block_keys xxh3 128K tokens / 8192 blocks: %.3f ms (best of 5)\n", best_ms);
-  // Well under 2 ms in an optimized build; the bound is loose for sanitizer
-  // and debug builds but still catches per-block allocation or quadratic work.
-  EXPECT_LT(best_ms, 25.0);
+  // Well under 2 ms in an optimized build (`kvtier bench store` reports the
+  // rate). This bound is a hundred times that, for sanitizer builds and a busy
+  // machine: it only catches quadratic work (which takes seconds here).
+  EXPECT_LT(best_ms, 250.0);
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-#include "blk/mem_device.h"
+#include "blk/dev/mem_device.h"
 #include "common/crc32c.h"
 #include "kv/namespace.h"
 #include "kv/store.h"

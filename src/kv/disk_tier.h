@@ -59,8 +59,9 @@ struct DiskTierOptions {
   bool format_if_invalid = true;
   // Cold reads straight into the caller's buffer (O_DIRECT DMA, no staging
   // copy) when that buffer is 4 KiB-aligned and the payload is at least a
-  // page. kAuto uses them only on a UringDevice and only when the device can
-  // pin the caller's pages for the read (BlockDevice::pin_buffer): such a
+  // page. kAuto uses them only on a device whose capabilities() offer direct
+  // reads and registered buffers (io_uring, and stacks of it), and only when
+  // the caller's pages can be registered for the read: such a
   // read is given up at its deadline like a staged one (kv/read_target.h);
   // otherwise the read is staged. kNever always stages; kAlways (tests)
   // also reads directly on other devices, where a read past its deadline
@@ -203,7 +204,7 @@ class DiskTier {
   // Staging buffers for device reads and the counters; shared with in-flight
   // read completions, which may outlive a tier shut down under a hung device.
   std::shared_ptr<StagePool> stage_;
-  std::vector<int> registered_;  // buffer indexes registered with a UringDevice
+  std::vector<int> registered_;  // buffers registered with the device
   bool direct_ok_ = false;       // direct reads allowed on this device (fixed after init)
   // Direct reads past their deadline whose device has not answered yet;
   // while > 0, new reads are staged (they can be abandoned).

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "blk/mem_device.h"
+#include "blk/dev/mem_device.h"
 #include "common/crc32c.h"
 #include "kv/test_payload.h"
 #include "kv/testing/disk_tier_fixture.h"

@@ -6,7 +6,7 @@
 #include <thread>
 #include <vector>
 
-#include "blk/mem_device.h"
+#include "blk/dev/mem_device.h"
 #include "common/crc32c.h"
 #include "kv/disk_tier.h"
 #include "kv/test_payload.h"

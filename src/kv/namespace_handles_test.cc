@@ -5,7 +5,7 @@
 // (tenants' byte quotas rest on it).
 #include <gtest/gtest.h>
 
-#include "blk/mem_device.h"
+#include "blk/dev/mem_device.h"
 #include "common/buffer.h"
 #include "kv/index.h"
 #include "kv/store.h"

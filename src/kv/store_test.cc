@@ -5,8 +5,8 @@
 #include <atomic>
 #include <thread>
 
-#include "blk/faulty_device.h"
-#include "blk/mem_device.h"
+#include "blk/dev/mem_device.h"
+#include "blk/stack/faulty_device.h"
 #include "kv/test_payload.h"
 
 namespace kvtier::kv {
@@ -286,13 +286,11 @@ TEST(Store, DeviceErrorsAndHangsBecomeMissesNotErrors) {
   faulty->clear_faults();
   EXPECT_TRUE(f.get(3).hit);  // an I/O error does not drop the entry
 
-  faulty->set_hang(true, std::chrono::seconds(3));
-  uint64_t t0 = now_ns();
+  // Held for an hour: only the get's own deadline can end its wait.
+  faulty->set_hang(true);
   g = f.get(4);
-  uint64_t waited_ms = (now_ns() - t0) / 1000000;
   EXPECT_FALSE(g.hit);
   EXPECT_EQ(g.miss, MissReason::kTimeout);
-  EXPECT_LT(waited_ms, 1500u);
   faulty->set_hang(false);
   faulty->release_hung();
   EXPECT_TRUE(f.get(4).hit);

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <memory>
 
-#include "blk/mem_device.h"
+#include "blk/dev/mem_device.h"
 #include "nvmf/queue_connection.h"
 
 namespace {

@@ -3,8 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "blk/mem_device.h"
-#include "blk/uring_device.h"
+#include "blk/dev/mem_device.h"
+#include "blk/dev/uring_device.h"
 
 namespace kvtier::nvmf {
 namespace {

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "blk/mem_device.h"
+#include "blk/dev/mem_device.h"
 #include "nvmf/pdu.h"
 
 namespace kvtier::nvmf {

@@ -12,7 +12,8 @@
 #include <chrono>
 #include <thread>
 
-#include "serve/pd_frame_testing.h"
+#include "common/testing/eventually.h"
+#include "serve/testing/pd_frame_testing.h"
 
 namespace kvtier::serve {
 namespace {
@@ -69,8 +70,7 @@ std::vector<std::byte> read_to_close(int fd) {
 
 template <typename Pred>
 bool wait_for(Pred p) {
-  for (int i = 0; i < 500 && !p(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  return p();
+  return kvtier::testing::eventually(p);
 }
 
 TEST(KvTransfer, RoundTripCountsWhatTheReceiverVerified) {

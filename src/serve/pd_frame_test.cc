@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "serve/pd_frame_testing.h"
+#include "serve/testing/pd_frame_testing.h"
 
 namespace kvtier::serve {
 namespace {

@@ -20,8 +20,8 @@
 
 #include "blockd/daemon.h"
 #include "blockd/grpc_service.h"
+#include "common/http_endpoint.h"
 #include "common/log.h"
-#include "net/http_endpoint.h"
 
 using namespace kvtier;  // NOLINT
 
@@ -145,15 +145,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvtier-blockd: %s\n", server.status().to_string().c_str());
     return 1;
   }
-  std::unique_ptr<net::HttpEndpoint> metrics;
+  std::unique_ptr<HttpEndpoint> metrics;
   if (!no_metrics) {
-    net::HttpEndpointOptions ho;
+    HttpEndpointOptions ho;
     ho.address = metrics_address;
     ho.port = static_cast<uint16_t>(metrics_port);
     blockd::BlockDaemon* d = daemon->get();
     blockd::BlockdServer* mgmt = server->get();
-    auto ep = net::HttpEndpoint::start(ho, [d, mgmt](const std::string& path) {
-      net::HttpResponse r;
+    auto ep = HttpEndpoint::start(ho, [d, mgmt](const std::string& path) {
+      HttpResponse r;
       if (path == "/metrics") {
         r.body = d->render_metrics();
         r.body += fmt::format(

@@ -18,12 +18,12 @@
 
 #include <spdlog/spdlog.h>
 
-#include "net/cluster_config.h"
-#include "net/cluster_store.h"
-#include "net/etcd_registration.h"
-#include "net/remote_store.h"
-#include "net/server_config.h"
-#include "net/store_server.h"
+#include "net/client/remote_store.h"
+#include "net/cluster/cluster_config.h"
+#include "net/cluster/cluster_store.h"
+#include "net/cluster/etcd_registration.h"
+#include "net/server/server_config.h"
+#include "net/server/store_server.h"
 #include "tools/commands.h"
 
 namespace kvtier::tools {

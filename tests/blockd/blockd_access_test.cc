@@ -22,7 +22,7 @@
 #include <thread>
 
 #include "daemon_harness.h"
-#include "net/tls_certs.h"
+#include "net/wire/tls_certs.h"
 
 namespace {
 

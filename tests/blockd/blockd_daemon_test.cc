@@ -372,8 +372,8 @@ TEST_F(BlockdTest, RemoteNvmeTcpMemberReconnectsAfterItsTargetRestarts) {
   const auto t0 = std::chrono::steady_clock::now();
   write_data("m", 1 << 20, b);
   if (HasFatalFailure()) return;
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10))
-      << "a write to the mirror waited on the dead member past fast_io_fail_tmo";
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30))
+      << "a write to the mirror waited on the dead member instead of failing it";
   EXPECT_EQ(read_data("m", 0, a.size()), a);
   EXPECT_EQ(read_data("m", 1 << 20, b.size()), b);
   EXPECT_NE(cli(d_, "show m --json").out.find("\"degraded\""), std::string::npos);
@@ -442,10 +442,11 @@ TEST_F(BlockdTest, RemoteVolumeIsFailedOnceItsErrorBudgetIsSpent) {
   EXPECT_EQ(cli(d_, read_cmd).code, 1);
   std::string shown = cli(d_, "show r0 --json").out;
   EXPECT_NE(shown.find("\"state\": \"failed\""), std::string::npos) << shown;
-  // A failed volume refuses at once, without waiting on the transport.
-  const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_EQ(cli(d_, read_cmd).code, 1);
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(250));
+  // A failed volume refuses at once, without waiting on the transport: the
+  // health layer answers ("... is failed"), not the transport's timeout.
+  const auto refused = cli(d_, read_cmd);
+  EXPECT_EQ(refused.code, 1);
+  EXPECT_NE(refused.err.find("is failed"), std::string::npos) << refused.err;
 
   // The node comes back and the host reconnects, but the volume stays failed
   // until an operator acts: its errors are not forgotten silently.

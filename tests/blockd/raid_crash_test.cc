@@ -16,8 +16,8 @@
 #include <string>
 #include <thread>
 
-#include "blk/raid_array.h"
-#include "blk/uring_device.h"
+#include "blk/dev/uring_device.h"
+#include "blk/raid/raid_array.h"
 
 #ifndef KVTIER_RAID_CRASH_WRITER
 #error "KVTIER_RAID_CRASH_WRITER must name the writer binary"

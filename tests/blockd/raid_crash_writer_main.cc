@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
-#include "blk/raid_array.h"
-#include "blk/uring_device.h"
+#include "blk/dev/uring_device.h"
+#include "blk/raid/raid_array.h"
 #include "common/buffer.h"
 
 using namespace kvtier;  // NOLINT

@@ -23,9 +23,10 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/testing/eventually.h"
 #include "kv/test_payload.h"
-#include "net/protocol.h"
-#include "net/remote_store.h"
+#include "net/client/remote_store.h"
+#include "net/wire/protocol.h"
 
 extern char** environ;
 
@@ -341,8 +342,8 @@ TEST(StoreService, ManyClientsSurviveKillAndRestart) {
         // the volume (puts then refused with index_full, a sizing matter of
         // the Store, not of the service under test here).
         const uint32_t len = kObj - static_cast<uint32_t>(rng() % 2048);
-        uint64_t t0 = now_ns();
         fill_payload(test_key(key_id), buf.subview(0, len));
+        uint64_t t0 = now_ns();
         auto p = c.put(ns, test_key(key_id), ByteView(buf.data(), len));
         pc().call_took(now_ns() - t0);
         ++pc().calls;
@@ -392,13 +393,21 @@ TEST(StoreService, ManyClientsSurviveKillAndRestart) {
     });
   }
 
-  std::this_thread::sleep_for(milliseconds(1500));
+  // Enough traffic before the crash for phase 1's counts.
+  EXPECT_TRUE(kvtier::testing::eventually(
+      [&] { return counts[1].puts_stored.load() > 50 && counts[1].hits.load() > 20; },
+      std::chrono::seconds(60)));
   // Crash: no checkpoint, no goodbye. Calls that start once the process is
   // gone count for the outage (those in between count for phase 1, which
   // asserts nothing about misses).
   server.kill9();
   phase = 2;
+  // Down for a while (the outage's calls must meet a dead server), at least
+  // until both a get and a put did.
   std::this_thread::sleep_for(milliseconds(1000));
+  EXPECT_TRUE(kvtier::testing::eventually([&] {
+    return counts[2].misses_unreachable.load() > 0 && counts[2].puts_refused.load() > 0;
+  }));
   // Restart on the same port over the same volume: the crash scan applies.
   server.config()["listen"]["port"] = port;
   restarting = true;
@@ -407,13 +416,17 @@ TEST(StoreService, ManyClientsSurviveKillAndRestart) {
   const uint64_t restarted = now_ns();
   phase = 3;
   // Every thread recovers by itself.
-  bool all = false;
-  for (int i = 0; i < 500 && !all; ++i) {
-    all = true;
-    for (auto& f : first_put_after_restart) all &= f.load() >= 0;
-    if (!all) std::this_thread::sleep_for(milliseconds(10));
-  }
-  std::this_thread::sleep_for(milliseconds(1000));
+  kvtier::testing::eventually(
+      [&] {
+        for (auto& f : first_put_after_restart) {
+          if (f.load() < 0) return false;
+        }
+        return true;
+      },
+      std::chrono::seconds(30));
+  kvtier::testing::eventually(
+      [&] { return counts[3].puts_stored.load() > 50 && counts[3].hits.load() > 0; },
+      std::chrono::seconds(60));
   stop = true;
   for (auto& th : threads) th.join();
 
@@ -427,9 +440,9 @@ TEST(StoreService, ManyClientsSurviveKillAndRestart) {
         pc.max_call_ns.load() / 1e6);
     EXPECT_EQ(pc.wrong_bytes.load(), 0u) << "phase " << ph;
     EXPECT_EQ(pc.errors.load(), 0u) << "phase " << ph;
-    // No call ever waited much past its timeout (500 ms; the margin is for
-    // two loaded cores).
-    EXPECT_LT(pc.max_call_ns.load(), 3'000'000'000ull) << "phase " << ph;
+    // No call ever hung: each ends by its timeouts (500 ms call, 300 ms
+    // connect), so 10 s means something waited without a bound.
+    EXPECT_LT(pc.max_call_ns.load(), 10'000'000'000ull) << "phase " << ph;
   }
   EXPECT_GT(counts[1].puts_stored.load(), 50u);
   EXPECT_GT(counts[1].hits.load(), 20u);
@@ -438,11 +451,12 @@ TEST(StoreService, ManyClientsSurviveKillAndRestart) {
   EXPECT_EQ(counts[2].puts_stored.load(), 0u);
   EXPECT_GT(counts[2].misses_unreachable.load(), 0u);
   EXPECT_GT(counts[2].puts_refused.load(), 0u);
-  // Recovery: every thread stored again, within 5 s of the restart.
+  // Recovery: every thread stored again by itself, within 20 s of the
+  // restart (its reconnect backoff is far shorter; the rest is a busy machine).
   for (int t = 0; t < kThreads; ++t) {
     ASSERT_GE(first_put_after_restart[t].load(), 0) << "thread " << t << " never recovered";
     EXPECT_LT(static_cast<uint64_t>(first_put_after_restart[t].load()) - restarted,
-              5'000'000'000ull);
+              20'000'000'000ull);
   }
   EXPECT_GT(counts[3].puts_stored.load(), 50u);
   EXPECT_GT(counts[3].hits.load(), 0u);
@@ -545,20 +559,18 @@ TEST(StoreService, SharedMemoryPathSurvivesKillAndRestart) {
       }
     });
   }
-  std::this_thread::sleep_for(milliseconds(500));
+  EXPECT_TRUE(kvtier::testing::eventually([&] { return hits.load() > 0; }));
   const int hits_before = hits.load();
   server.kill9();
-  std::this_thread::sleep_for(milliseconds(500));
-  EXPECT_FALSE((*c)->shared_memory_active());
+  EXPECT_TRUE(kvtier::testing::eventually(
+      [&] { return !(*c)->shared_memory_active() && misses.load() > 0; }));
   server.config()["listen"]["port"] = port;
   ASSERT_EQ(server.start(), "");
   // Back within the reconnect backoff, on shared memory again.
-  for (int i = 0; i < 500 && !(*c)->shared_memory_active(); ++i) {
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  EXPECT_TRUE((*c)->shared_memory_active());
+  EXPECT_TRUE(kvtier::testing::eventually([&] { return (*c)->shared_memory_active(); },
+                                          std::chrono::seconds(30)));
   const int hits_restarted = hits.load();
-  std::this_thread::sleep_for(milliseconds(500));
+  EXPECT_TRUE(kvtier::testing::eventually([&] { return hits.load() > hits_restarted; }));
   stop = true;
   for (auto& th : threads) th.join();
   EXPECT_EQ(wrong.load(), 0);
@@ -582,7 +594,15 @@ TEST(StoreService, WrongTokenIsRefused) {
   o.auth_token = "not-the-token";
   auto bad = RemoteStore::open(o);
   ASSERT_TRUE(bad.ok());
-  Status st = (*bad)->wait_connected(1000);
+  // The refusal, however late it comes (wait_connected would return
+  // whatever error it last saw when its time ran out).
+  Status st;
+  kvtier::testing::eventually(
+      [&] {
+        st = (*bad)->last_error();
+        return st.message().find("authentication failed") != std::string::npos;
+      },
+      std::chrono::seconds(30));
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("authentication failed"), std::string::npos) << st.to_string();
   uint16_t ns = *(*bad)->register_namespace(test_namespace());
@@ -753,8 +773,8 @@ TEST(StoreService, MetricsAndHealthEndpoint) {
   // the bytes: look again briefly.
   std::string m = fetch("/metrics");
   for (int i = 0;
-       i < 100 && (m.find("kvtier_store_ram_leased_slots 0") == std::string::npos ||
-                   m.find("kvtier_server_request_seconds_bucket{op=\"get\"") == std::string::npos);
+       i < 1000 && (m.find("kvtier_store_ram_leased_slots 0") == std::string::npos ||
+                    m.find("kvtier_server_request_seconds_bucket{op=\"get\"") == std::string::npos);
        ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     m = fetch("/metrics");

@@ -55,7 +55,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "blk/mem_device.h"
+#include "blk/dev/mem_device.h"
 #include "common/crc32c.h"
 #include "kv/disk_format.h"
 #include "kv/namespace.h"

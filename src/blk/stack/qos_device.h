@@ -1,0 +1,122 @@
+// QosDevice: a BlockDevice wrapper that holds a volume to configured limits:
+// read and write IOPS and bytes per second, separately or combined, each a
+// token bucket with its own burst. Requests over the limit wait in a FIFO per
+// direction (reads never queue behind throttled writes unless a combined
+// limit says so) and are released by one dispatcher thread that waits on a
+// timer until the head request's tokens exist: no thread sleeps per request,
+// and a request under the limit goes straight to the inner device from the
+// caller's thread. flush and trim pass through unthrottled.
+//
+// Limits can be changed at any time (set_limits) from any thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "blk/block_device.h"
+
+namespace kvtier::blk {
+
+// 0 means unlimited. Burst is in seconds of the rate (0.1 s by default): a
+// bucket holds at most rate * burst_seconds tokens, and at least one
+// request's worth.
+struct QosLimits {
+  uint64_t read_iops = 0;
+  uint64_t write_iops = 0;
+  uint64_t total_iops = 0;
+  uint64_t read_bps = 0;
+  uint64_t write_bps = 0;
+  uint64_t total_bps = 0;
+  double burst_seconds = 0.1;
+  bool unlimited() const {
+    return !read_iops && !write_iops && !total_iops && !read_bps && !write_bps && !total_bps;
+  }
+};
+
+struct QosStats {
+  uint64_t admitted_inline = 0;  // went straight through
+  uint64_t queued = 0;           // waited for tokens
+  uint64_t queued_now = 0;
+};
+
+class QosDevice : public BlockDevice {
+ public:
+  QosDevice(std::shared_ptr<BlockDevice> inner, QosLimits limits);
+  // Fails every queued request with kUnavailable, then stops the dispatcher.
+  ~QosDevice() override;
+
+  std::string name() const override { return "qos(" + inner_->name() + ")"; }
+  uint32_t block_size() const override { return inner_->block_size(); }
+  uint32_t buffer_alignment() const override { return inner_->buffer_alignment(); }
+  uint64_t capacity() const override { return inner_->capacity(); }
+
+  void read(uint64_t offset, MutableByteView dst, IoCallback cb) override;
+  void write(uint64_t offset, ByteView src, IoCallback cb) override;
+  void flush(IoCallback cb) override { inner_->flush(std::move(cb)); }
+  void trim(uint64_t offset, uint64_t length, IoCallback cb) override {
+    inner_->trim(offset, length, std::move(cb));
+  }
+  DeviceStats stats() const override { return inner_->stats(); }
+  // The inner device's: requests reach it unchanged (later, when over the rate).
+  DeviceCapabilities capabilities() const override { return inner_->capabilities(); }
+  Result<int> register_buffer(MutableByteView buf) override { return inner_->register_buffer(buf); }
+  Status unregister_buffer(int handle) override { return inner_->unregister_buffer(handle); }
+
+  void set_limits(const QosLimits& limits);
+  QosLimits limits() const;
+  QosStats qos_stats() const;
+  const std::shared_ptr<BlockDevice>& inner() const { return inner_; }
+
+ private:
+  struct Bucket {
+    double rate = 0;  // tokens per second, 0 = unlimited
+    double cap = 0;
+    double tokens = 0;
+    void configure(uint64_t r, double burst_seconds, double min_cap);
+    void refill(double dt) {
+      if (rate > 0) tokens = std::min(cap, tokens + rate * dt);
+    }
+    bool has(double cost) const { return rate == 0 || tokens >= std::min(cost, cap); }
+    void take(double cost) {
+      if (rate > 0) tokens -= cost;
+    }
+    // Seconds until has(cost).
+    double wait(double cost) const {
+      return rate == 0 ? 0 : std::max(0.0, (std::min(cost, cap) - tokens) / rate);
+    }
+  };
+  struct Pending {
+    uint64_t bytes = 0;
+    std::function<void()> submit;
+    IoCallback fail;
+  };
+
+  // Under mu_: refills, then whether a request of `bytes` in direction `is_write`
+  // may go now (and takes its tokens if so); otherwise seconds to wait.
+  bool try_admit_locked(bool is_write, uint64_t bytes, double* wait_s);
+  void refill_locked();
+  void admit_or_queue(bool is_write, uint64_t bytes, std::function<void()> submit, IoCallback cb);
+  void dispatcher_loop();
+
+  const std::shared_ptr<BlockDevice> inner_;
+  mutable std::mutex mu_;  // guards everything below
+  std::condition_variable cv_;
+  QosLimits limits_;
+  Bucket read_iops_, write_iops_, total_iops_, read_bps_, write_bps_, total_bps_;
+  uint64_t last_refill_ns_ = 0;
+  std::deque<Pending> queue_[2];  // [0] reads, [1] writes
+  bool stop_ = false;
+  int rr_ = 0;  // direction the dispatcher looks at first
+  uint64_t admitted_inline_ = 0;
+  uint64_t queued_ = 0;
+  std::thread dispatcher_;
+};
+
+}  // namespace kvtier::blk

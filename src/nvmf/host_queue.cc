@@ -1,0 +1,285 @@
+// NVMe/TCP host: one queue's connection, commands and receiver thread.
+#include "nvmf/host_queue.h"
+
+namespace kvtier::nvmf {
+
+Result<std::shared_ptr<NvmeTcpDevice::Queue>> NvmeTcpDevice::Queue::open(
+    const HostOptions& o, std::atomic<uint32_t>* peak) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return Status::io_error("nvmf host: socket failed");
+  auto q = std::shared_ptr<Queue>(new Queue(fd, o));
+  q->peak_ = peak;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(o.port);
+  if (inet_pton(AF_INET, o.address.c_str(), &a.sin_addr) != 1) {
+    return Status::invalid_argument("nvmf host: address must be IPv4: " + o.address);
+  }
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 && errno != EINPROGRESS) {
+    return Status::unavailable(std::string("nvmf host: connect: ") + strerror(errno));
+  }
+  pollfd p{fd, POLLOUT, 0};
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (::poll(&p, 1, int(o.io_timeout.count())) != 1 ||
+      getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
+    return Status::unavailable("nvmf host: cannot connect to " + o.address + ":" +
+                               std::to_string(o.port) +
+                               (err ? ": " + std::string(strerror(err)) : ""));
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  timeval tv{long(o.io_timeout.count() / 1000), long(o.io_timeout.count() % 1000) * 1000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  tune_socket(fd);
+  KVTIER_RETURN_IF_ERROR(q->handshake());
+  q->receiver_ = std::thread([p = q.get()] { p->receive_loop(); });
+  return q;
+}
+
+void NvmeTcpDevice::Queue::shutdown() {
+  closing_ = true;
+  stream_.shutdown();
+}
+
+Status NvmeTcpDevice::Queue::exec(Command& cmd) {
+  std::unique_lock lk(mu_);
+  const auto deadline = Clock::now() + io_timeout_;
+  // Honour the queue size: at most slots_.size() commands in flight.
+  while (free_.empty() && failed_.ok()) {
+    if (slot_cv_.wait_until(lk, deadline) == std::cv_status::timeout && free_.empty()) {
+      return Status::unavailable("nvmf host: no free command slot within io_timeout");
+    }
+  }
+  if (!failed_.ok()) return failed_;
+  const uint16_t cid = free_.back();
+  free_.pop_back();
+  Slot& s = slots_[cid];
+  s = Slot{};
+  s.cmd = &cmd;
+  s.busy = true;
+  if (peak_) {
+    const uint32_t now = uint32_t(slots_.size() - free_.size());
+    uint32_t seen = peak_->load();
+    while (now > seen && !peak_->compare_exchange_weak(seen, now)) {
+    }
+  }
+  lk.unlock();
+  put16(&cmd.sqe[2], cid);
+  HeaderBuf h;
+  const uint32_t dlen = cmd.in_capsule ? uint32_t(cmd.out.size()) : 0;
+  const uint32_t n = encode_capsule_cmd(cmd.sqe, dlen, lim_.hdgst, lim_.ddgst, h);
+  uint8_t dd[4];
+  if (dlen && lim_.ddgst) put32(dd, digest(cmd.out));
+  iovec iov[3] = {{h.data(), n}, {const_cast<std::byte*>(cmd.out.data()), dlen}, {dd, 4}};
+  Status st;
+  {
+    std::lock_guard sl(send_mu_);
+    st = stream_.write_all(iov, dlen ? (lim_.ddgst ? 3 : 2) : 1);
+  }
+  lk.lock();
+  if (!st.ok()) fail_locked(lk, st);
+  for (;;) {
+    if (s.done) break;
+    if (!s.r2t.empty()) {
+      const R2t r = s.r2t.front();
+      s.r2t.erase(s.r2t.begin());
+      lk.unlock();
+      st = send_h2c(cmd, cid, r);
+      lk.lock();
+      if (!st.ok()) fail_locked(lk, st);
+      continue;
+    }
+    if (s.cv.wait_until(lk, deadline) == std::cv_status::timeout && !s.done) {
+      // The controller did not answer in time: the connection is declared
+      // lost. The receiver may be writing into cmd.in, so wait until it has
+      // failed every command before the buffer goes back to the caller.
+      fail_locked(lk, Status::unavailable("nvmf host: command timed out (io_timeout)"));
+    }
+  }
+  st = s.result;
+  s = Slot{};
+  free_.push_back(cid);
+  slot_cv_.notify_one();
+  return st;
+}
+
+NvmeTcpDevice::Queue::Queue(int fd, const HostOptions& o)
+    : stream_(fd), io_timeout_(o.io_timeout), slots_(std::max<uint16_t>(o.queue_size, 2) - 1) {
+  lim_.hdgst = o.hdgst;
+  lim_.ddgst = o.ddgst;
+  lim_.max_data = 16u << 20;
+  for (size_t i = slots_.size(); i-- > 0;) free_.push_back(uint16_t(i));
+}
+
+void NvmeTcpDevice::Queue::fail_locked(std::unique_lock<std::mutex>& lk, const Status& why) {
+  if (failed_.ok()) failed_ = why;
+  closing_ = true;
+  stream_.shutdown();
+  recv_cv_.wait(lk, [&] { return receiver_stopped_; });
+}
+
+Status NvmeTcpDevice::Queue::send_h2c(const Command& cmd, uint16_t cid, const R2t& r) {
+  if (cmd.in_capsule || uint64_t(r.offset) + r.length > cmd.out.size()) {
+    return Status::corruption("nvmf host: bad R2T");
+  }
+  std::lock_guard sl(send_mu_);
+  for (uint32_t off = 0; off < r.length;) {
+    const uint32_t chunk = std::min(r.length - off, maxh2cdata_);
+    const ByteView part(cmd.out.data() + r.offset + off, chunk);
+    HeaderBuf dh;
+    const uint32_t hn =
+        encode_data(PduType::kH2CData, {cid, r.ttag, r.offset + off, chunk},
+                    off + chunk == r.length ? kFlagDataLast : 0, lim_.hdgst, lim_.ddgst, dh);
+    uint8_t dg[4];
+    if (lim_.ddgst) put32(dg, digest(part));
+    iovec v[3] = {{dh.data(), hn}, {const_cast<std::byte*>(part.data()), chunk}, {dg, 4}};
+    KVTIER_RETURN_IF_ERROR(stream_.write_all(v, lim_.ddgst ? 3 : 2));
+    off += chunk;
+  }
+  return Status::ok_status();
+}
+
+NvmeTcpDevice::Queue::Slot* NvmeTcpDevice::Queue::slot_for(uint16_t cid) {
+  std::lock_guard lk(mu_);
+  if (cid >= slots_.size() || !slots_[cid].busy || slots_[cid].done) return nullptr;
+  return &slots_[cid];
+}
+
+void NvmeTcpDevice::Queue::complete(Slot& s, Status st) {
+  std::lock_guard lk(mu_);
+  s.result = std::move(st);
+  s.done = true;
+  s.cv.notify_all();
+}
+
+void NvmeTcpDevice::Queue::receive_loop() {
+  Status st = receive_all();
+  std::lock_guard lk(mu_);
+  if (failed_.ok()) failed_ = st.ok() ? Status::unavailable("nvmf host: queue closed") : st;
+  stream_.shutdown();
+  for (Slot& s : slots_) {
+    if (s.busy && !s.done) {
+      s.result = failed_;
+      s.done = true;
+      s.cv.notify_all();
+    }
+  }
+  receiver_stopped_ = true;
+  recv_cv_.notify_all();
+  slot_cv_.notify_all();
+}
+
+Status NvmeTcpDevice::Queue::receive_all() {
+  uint8_t hdr[kShortHlen + kDigestSize];
+  for (;;) {
+    // Idle queues must not trip SO_RCVTIMEO: wait for a header with poll.
+    pollfd p{stream_.fd(), POLLIN, 0};
+    const int pr = ::poll(&p, 1, 200);
+    if (closing_) return Status::unavailable("nvmf host: queue closed");
+    if (pr == 0) continue;
+    if (pr < 0 && errno == EINTR) continue;
+    KVTIER_RETURN_IF_ERROR(stream_.read_exact(hdr, kCommonHeaderSize));
+    PduError err;
+    auto l = parse_common_header(as_bytes_view(hdr, 8), Direction::kControllerToHost, lim_, &err);
+    if (!l.ok()) return l.status();
+    if (l->ch.type == PduType::kIcResp) return Status::corruption("nvmf host: second ICResp");
+    KVTIER_RETURN_IF_ERROR(stream_.read_exact(hdr + 8, l->header_bytes - 8));
+    if (l->has_hdgst && !header_digest_ok(as_bytes_view(hdr, l->header_bytes), l->ch.hlen)) {
+      return Status::corruption("nvmf host: header digest error");
+    }
+    const ByteView hv = as_bytes_view(hdr, l->ch.hlen);
+    switch (l->ch.type) {
+      case PduType::kC2HTermReq: {
+        auto t = decode_termreq(hv);
+        return Status::unavailable("nvmf host: controller terminated the connection, FES " +
+                                   std::to_string(t.ok() ? t->fes : 0));
+      }
+      case PduType::kCapsuleResp: {
+        const Cqe cqe = decode_capsule_resp(hv);
+        Slot* s = slot_for(get16(&cqe[12]));
+        if (!s) return Status::corruption("nvmf host: CQE for no outstanding command");
+        Command& cmd = *s->cmd;
+        cmd.dw0 = get32(cqe.data());
+        const uint16_t status = uint16_t(get16(&cqe[14]) >> 1);
+        if (status) cmd.status = status;
+        if (cmd.status == 0 && s->received != cmd.in.size()) {
+          return Status::corruption("nvmf host: short data-in");
+        }
+        complete(*s, Status::ok_status());
+        break;
+      }
+      case PduType::kC2HData: {
+        auto d = decode_data_header(hv);
+        if (!d.ok()) return d.status();
+        Slot* s = slot_for(d->cccid);
+        if (!s) return Status::corruption("nvmf host: C2HData for no outstanding command");
+        Command& cmd = *s->cmd;
+        if (d->length != l->data_len || d->offset != s->received ||
+            uint64_t(d->offset) + d->length > cmd.in.size()) {
+          return Status::corruption("nvmf host: C2HData out of range");
+        }
+        // Straight into the caller's buffer: no copy on the host side.
+        KVTIER_RETURN_IF_ERROR(stream_.read_exact(cmd.in.data() + d->offset, d->length));
+        if (l->has_ddgst) {
+          uint8_t got[4];
+          KVTIER_RETURN_IF_ERROR(stream_.read_exact(got, 4));
+          if (get32(got) != digest(ByteView(cmd.in.data() + d->offset, d->length))) {
+            cmd.status = 0x004;  // data transfer error; the connection survives
+          }
+        }
+        s->received += d->length;
+        if (l->ch.flags & kFlagDataSuccess) {
+          if (!(l->ch.flags & kFlagDataLast) || s->received != cmd.in.size()) {
+            return Status::corruption("nvmf host: SUCCESS on a partial read");
+          }
+          complete(*s, Status::ok_status());
+        }
+        break;
+      }
+      case PduType::kR2T: {
+        auto d = decode_data_header(hv);
+        if (!d.ok()) return d.status();
+        std::lock_guard lk(mu_);
+        if (d->cccid >= slots_.size() || !slots_[d->cccid].busy || slots_[d->cccid].done) {
+          return Status::corruption("nvmf host: R2T for no outstanding command");
+        }
+        Slot& s = slots_[d->cccid];
+        if (s.cmd->in_capsule || uint64_t(d->offset) + d->length > s.cmd->out.size()) {
+          return Status::corruption("nvmf host: bad R2T");
+        }
+        s.r2t.push_back({d->ttag, d->offset, d->length});
+        s.cv.notify_all();
+        break;
+      }
+      default:
+        return Status::corruption("nvmf host: unexpected PDU");
+    }
+  }
+}
+
+Status NvmeTcpDevice::Queue::handshake() {
+  HeaderBuf h;
+  IcReq r;
+  r.hdgst = lim_.hdgst;
+  r.ddgst = lim_.ddgst;
+  const uint32_t n = encode_icreq(r, h);
+  iovec iov{h.data(), n};
+  KVTIER_RETURN_IF_ERROR(stream_.write_all(&iov, 1));
+  uint8_t b[kIcPduSize];
+  KVTIER_RETURN_IF_ERROR(stream_.read_exact(b, kIcPduSize));
+  auto l = parse_common_header(as_bytes_view(b, 8), Direction::kControllerToHost, lim_);
+  if (!l.ok() || l->ch.type != PduType::kIcResp) {
+    return Status::corruption("nvmf host: expected ICResp");
+  }
+  auto resp = decode_icresp(as_bytes_view(b, kIcPduSize));
+  if (!resp.ok()) return resp.status();
+  if (resp->hdgst != lim_.hdgst || resp->ddgst != lim_.ddgst) {
+    return Status::corruption("nvmf host: controller did not accept the digests asked for");
+  }
+  maxh2cdata_ = resp->maxh2cdata;
+  lim_.max_data = std::max<uint32_t>(lim_.max_data, resp->maxh2cdata);
+  return Status::ok_status();
+}
+
+}  // namespace kvtier::nvmf

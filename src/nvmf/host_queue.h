@@ -1,0 +1,123 @@
+// The NVMe/TCP host's queue (one TCP connection with many commands in
+// flight), shared by the host's files (host_device.cc, host_queue.cc) and by
+// nothing else.
+#pragma once
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "common/crc32c.h"
+#include "nvmf/host_device.h"
+#include "nvmf/pdu.h"
+#include "nvmf/socket_stream.h"
+
+namespace kvtier::nvmf {
+
+using Clock = std::chrono::steady_clock;
+
+struct NvmeTcpDevice::Command {
+  Sqe sqe{};
+  ByteView out;  // data the controller pulls (R2T) or in-capsule data
+  bool in_capsule = false;
+  MutableByteView in;  // data the controller sends (C2HData)
+  uint32_t dw0 = 0;
+  uint16_t status = 0;  // NVMe status field without the phase bit
+};
+
+// One TCP connection (admin or I/O queue) with many commands in flight.
+// Any number of threads call exec() at once (up to the queue size; more
+// wait for a free command id). A receiver thread owned by the queue reads
+// every PDU and dispatches it by command id: C2HData goes straight into the
+// caller's buffer, CapsuleResp completes the command, and an R2T is handed
+// to the command's own thread, which sends the H2CData (so the receiver never
+// blocks on a send while the controller blocks on sending to us).
+class NvmeTcpDevice::Queue {
+ public:
+  // `peak` (may be null) records the most commands ever in flight on one queue.
+  static Result<std::shared_ptr<Queue>> open(const HostOptions& o,
+                                             std::atomic<uint32_t>* peak = nullptr);
+
+  ~Queue() {
+    shutdown();
+    if (receiver_.joinable()) receiver_.join();
+  }
+
+  void shutdown();
+
+  // Runs one command and waits for it; a non-OK Status means the transport
+  // failed (the queue is then unusable); NVMe errors come back in cmd.status.
+  Status exec(Command& cmd);
+
+ private:
+  struct R2t {
+    uint16_t ttag;
+    uint32_t offset;
+    uint32_t length;
+  };
+  struct Slot {
+    Command* cmd = nullptr;
+    bool busy = false;
+    bool done = false;
+    uint32_t received = 0;
+    Status result;
+    std::vector<R2t> r2t;
+    std::condition_variable cv;
+    Slot& operator=(Slot&& o) {
+      cmd = o.cmd;
+      busy = o.busy;
+      done = o.done;
+      received = o.received;
+      result = o.result;
+      r2t = std::move(o.r2t);
+      return *this;
+    }
+  };
+
+  Queue(int fd, const HostOptions& o);
+
+  // Completes every outstanding command with `why`; `lk` holds mu_. Waits
+  // for the receiver to stop touching caller buffers first.
+  void fail_locked(std::unique_lock<std::mutex>& lk, const Status& why);
+
+  Status send_h2c(const Command& cmd, uint16_t cid, const R2t& r);
+
+  // The slot a PDU names, if a command is outstanding under that id.
+  Slot* slot_for(uint16_t cid);
+
+  void complete(Slot& s, Status st);
+
+  void receive_loop();
+
+  // Reads PDUs until the connection fails or closes; returns why.
+  Status receive_all();
+
+  Status handshake();
+
+  std::mutex send_mu_;  // one writer of PDUs at a time
+  SocketStream stream_;
+  PduLimits lim_;
+  uint32_t maxh2cdata_ = kMinMaxH2CData;
+  std::chrono::milliseconds io_timeout_;
+  std::atomic<bool> closing_{false};
+  std::atomic<uint32_t>* peak_ = nullptr;
+
+  std::mutex mu_;  // guards the slot table, free_, failed_, receiver_stopped_
+  std::condition_variable slot_cv_;
+  std::condition_variable recv_cv_;
+  std::vector<Slot> slots_;  // indexed by command id
+  std::vector<uint16_t> free_;
+  Status failed_;
+  bool receiver_stopped_ = false;
+  std::thread receiver_;
+};
+
+}  // namespace kvtier::nvmf
