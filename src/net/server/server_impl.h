@@ -389,6 +389,32 @@ struct StoreServer::Impl {
 
   // Answers one decoded request; false closes the connection.
   asio::awaitable<bool> handle(ServerConnection& c, const Frame& f);
+  // One handler per request type, called by handle() with the decoded
+  // message and the request's data section (in the connection's buffer).
+  asio::awaitable<bool> on_register_namespace(ServerConnection& c, Result<Message>& msg,
+                                              const FrameHeader& h, ByteView data);
+  asio::awaitable<bool> on_put(ServerConnection& c, Result<Message>& msg, const FrameHeader& h,
+                               ByteView data);
+  asio::awaitable<bool> on_get(ServerConnection& c, Result<Message>& msg, const FrameHeader& h,
+                               ByteView data);
+  asio::awaitable<bool> on_batch_put(ServerConnection& c, Result<Message>& msg,
+                                     const FrameHeader& h, ByteView data);
+  asio::awaitable<bool> on_batch_get(ServerConnection& c, Result<Message>& msg,
+                                     const FrameHeader& h, ByteView data);
+  asio::awaitable<bool> on_match_prefix(ServerConnection& c, Result<Message>& msg,
+                                        const FrameHeader& h, ByteView data);
+  asio::awaitable<bool> on_remove(ServerConnection& c, Result<Message>& msg, const FrameHeader& h,
+                                  ByteView data);
+  asio::awaitable<bool> on_pin_or_unpin(ServerConnection& c, Result<Message>& msg,
+                                        const FrameHeader& h, ByteView data);
+  asio::awaitable<bool> on_stats(ServerConnection& c, Result<Message>& msg, const FrameHeader& h,
+                                 ByteView data);
+  asio::awaitable<bool> on_shm_offer(ServerConnection& c, Result<Message>& msg,
+                                     const FrameHeader& h, ByteView data);
+  asio::awaitable<bool> on_shm_put(ServerConnection& c, Result<Message>& msg, const FrameHeader& h,
+                                   ByteView data);
+  asio::awaitable<bool> on_shm_get(ServerConnection& c, Result<Message>& msg, const FrameHeader& h,
+                                   ByteView data);
 
   void build_stats(StatsFormat format, StatsResponse* resp, std::string* json_out);
 

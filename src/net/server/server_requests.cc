@@ -170,289 +170,34 @@ asio::awaitable<bool> StoreServer::Impl::handle(ServerConnection& c, const Frame
     co_await malformed(c, msg.status(), rid);
     co_return false;
   }
-  kv::Store& s = *store;
   const AlignedBuffer& in = c.set().buf;
   ByteView data = in.empty() ? ByteView{} : ByteView(in.data(), h.data_len);
   switch (h.type) {
-    case MessageType::kRegisterNamespaceRequest: {
-      auto& req = std::get<RegisterNamespaceRequest>(*msg);
-      if (c.namespaces.size() >= kMaxNamespacesPerConnection) {
-        co_return co_await send_error(
-            c, rid,
-            Status::out_of_space(
-                fmt::format("at most {} namespaces per connection", kMaxNamespacesPerConnection)));
-      }
-      const kv::Namespace ns = c.tenant ? tenant_namespace(c.tenant->name, req.ns) : req.ns;
-      if (c.tenant) refresh_holdings(*c.tenant);
-      // On a store thread: with the table full, registering may wait for
-      // puts in flight (bounded, kv/namespace_table.h).
-      const uint16_t arena = arena_of(c.tenant);
-      auto r =
-          co_await run_in_pool(*pool, [&s, &ns, arena] { return s.register_namespace(ns, arena); });
-      if (!r.ok()) co_return co_await send_error(c, rid, r.status());
-      // The connection holds one registration of each namespace it
-      // registered (released when it ends): a second one is given back.
-      if (check_ns(c, *r).ok()) {
-        s.release_namespace(*r);
-      } else {
-        if (c.tenant) {
-          if (Status st = tenants->acquire_namespace(*c.tenant, *r, ns.digest()); !st.ok()) {
-            s.release_namespace(*r);
-            co_return co_await send_error(c, rid, st);
-          }
-        }
-        std::lock_guard lk(c.shm_mu);
-        c.namespaces.push_back(*r);
-        c.ns_digests.push_back(ns.digest());
-      }
-      co_return co_await send(c, RegisterNamespaceResponse{*r}, rid);
-    }
-    case MessageType::kPutRequest: {
-      auto& req = std::get<PutRequest>(*msg);
-      if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
-      req.key = store_key(c, req.ns, req.key);
-      if (quota_admits(c, std::array<size_t, 1>{data.size()}) == 0) {
-        co_return co_await send(c, PutResponse{quota_refusal()}, rid);
-      }
-      auto r =
-          co_await run_in_pool(*pool, [&s, &req, data] { return s.put(req.ns, req.key, data); });
-      if (!r.ok()) co_return co_await send_error(c, rid, r.status());
-      co_return co_await send(c, PutResponse{PutOutcome::from(*r)}, rid);
-    }
-    case MessageType::kGetRequest: {
-      auto& req = std::get<GetRequest>(*msg);
-      if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
-      req.key = store_key(c, req.ns, req.key);
-      // A RAM hit is sent from its slot, leased until the write is done,
-      // with the CRC the store keeps: no copy and no checksum pass here,
-      // and no hop to a store thread (a lease is an index lookup).
-      if (auto lease = s.lease_ram(req.ns, req.key); lease.ok() && *lease) {
-        const kv::RamLease& l = **lease;
-        if (l.length <= req.buffer_bytes) {
-          GetResponse resp{GetOutcome{true, kv::Tier::kRam, kv::MissReason::kNone, l.length}};
-          ByteView part(l.data, l.length);
-          co_return co_await send(c, resp, rid, std::span<const ByteView>(&part, 1), l.crc, l.slot);
-        }
-        s.release_ram_lease(l.slot);  // too small a buffer: get() says so below
-      }
-      // No object is larger than max_object_bytes, so a larger client
-      // buffer needs no more room here.
-      MutableByteView out =
-          c.data_buffer(std::min<uint32_t>(req.buffer_bytes, limits.max_object_bytes));
-      // The store thread also checksums the block for the frame while it
-      // is in cache, so the I/O thread only writes it.
-      struct Copied {
-        Result<kv::GetResult> r;
-        uint32_t crc;
-      };
-      auto got = co_await run_in_pool(*pool, [&s, &req, out] {
-        Copied c{s.get(req.ns, req.key, out), 0};
-        if (c.r.ok() && c.r->hit) c.crc = crc32c(out.data(), c.r->length);
-        return c;
-      });
-      if (!got.r.ok()) co_return co_await send_error(c, rid, got.r.status());
-      GetResponse resp{GetOutcome::from(*got.r)};
-      ByteView part(out.data(), resp.result.length);
-      co_return co_await send(c, resp, rid, std::span<const ByteView>(&part, 1), got.crc);
-    }
-    case MessageType::kBatchPutRequest: {
-      auto& req = std::get<BatchPutRequest>(*msg);
-      if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
-      if (req.items.size() > limits.max_batch) {
-        co_return co_await send_error(
-            c, rid,
-            Status::invalid_argument(fmt::format("batch of {} items exceeds the server's {}",
-                                                 req.items.size(), limits.max_batch)));
-      }
-      std::vector<kv::Key128> keys;
-      std::vector<ByteView> parts;
-      keys.reserve(req.items.size());
-      parts.reserve(req.items.size());
-      size_t off = 0;
-      std::vector<size_t> sizes;
-      for (const KeyLength& kl : req.items) {
-        keys.push_back(store_key(c, req.ns, kl.key));
-        parts.push_back(data.subspan(off, kl.length));
-        sizes.push_back(kl.length);
-        off += kl.length;
-      }
-      // Items past the tenant's byte quota are refused; the rest are put.
-      const size_t admitted = quota_admits(c, sizes);
-      keys.resize(admitted);
-      parts.resize(admitted);
-      auto r = co_await run_in_pool(
-          *pool, [&s, &req, &keys, &parts] { return s.batch_put(req.ns, keys, parts); });
-      if (!r.ok()) co_return co_await send_error(c, rid, r.status());
-      BatchPutResponse resp;
-      resp.results.reserve(req.items.size());
-      for (const kv::PutResult& pr : *r) resp.results.push_back(PutOutcome::from(pr));
-      resp.results.resize(req.items.size(), quota_refusal());
-      co_return co_await send(c, resp, rid);
-    }
-    case MessageType::kBatchGetRequest: {
-      auto& req = std::get<BatchGetRequest>(*msg);
-      if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
-      if (req.items.size() > limits.max_batch) {
-        co_return co_await send_error(
-            c, rid,
-            Status::invalid_argument(fmt::format("batch of {} items exceeds the server's {}",
-                                                 req.items.size(), limits.max_batch)));
-      }
-      uint64_t need = 0;
-      for (const KeyLength& kl : req.items) {
-        need += std::min<uint32_t>(kl.length, limits.max_object_bytes);
-      }
-      if (need > limits.max_data_bytes) {
-        co_return co_await send_error(
-            c, rid,
-            Status::invalid_argument(fmt::format(
-                "batch buffers of {} bytes exceed the server's max_data_bytes {}; split it", need,
-                limits.max_data_bytes)));
-      }
-      MutableByteView area = c.data_buffer(need);
-      std::vector<kv::BatchGetItem> items;
-      items.reserve(req.items.size());
-      size_t off = 0;
-      for (const KeyLength& kl : req.items) {
-        size_t len = std::min<uint32_t>(kl.length, limits.max_object_bytes);
-        items.push_back({store_key(c, req.ns, kl.key), area.subspan(off, len)});
-        off += len;
-      }
-      auto r =
-          co_await run_in_pool(*pool, [&s, &req, &items] { return s.batch_get(req.ns, items); });
-      if (!r.ok()) co_return co_await send_error(c, rid, r.status());
-      BatchGetResponse resp;
-      std::vector<ByteView> parts;
-      resp.results.reserve(r->size());
-      for (size_t i = 0; i < r->size(); ++i) {
-        resp.results.push_back(GetOutcome::from((*r)[i]));
-        if (resp.results.back().hit) {
-          parts.push_back(ByteView(items[i].out.data(), resp.results.back().length));
-        }
-      }
-      co_return co_await send(c, resp, rid, parts);
-    }
-    case MessageType::kMatchPrefixRequest: {
-      auto& req = std::get<MatchPrefixRequest>(*msg);
-      if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
-      if (req.keys.size() > limits.max_match_keys) {
-        co_return co_await send_error(
-            c, rid,
-            Status::invalid_argument(fmt::format("{} keys exceed the server's max_match_keys {}",
-                                                 req.keys.size(), limits.max_match_keys)));
-      }
-      store_keys(c, req.ns, req.keys);
-      // match_prefix never touches the disk: run it here.
-      auto r = s.match_prefix(req.ns, req.keys);
-      if (!r.ok()) co_return co_await send_error(c, rid, r.status());
-      co_return co_await send(c, MatchPrefixResponse::from(*r), rid);
-    }
-    case MessageType::kRemoveRequest: {
-      auto& req = std::get<RemoveRequest>(*msg);
-      if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
-      req.key = store_key(c, req.ns, req.key);
-      auto r = co_await run_in_pool(*pool, [&s, &req] { return s.remove(req.ns, req.key); });
-      if (!r.ok()) co_return co_await send_error(c, rid, r.status());
-      co_return co_await send(c, RemoveResponse{*r}, rid);
-    }
+    case MessageType::kRegisterNamespaceRequest:
+      co_return co_await on_register_namespace(c, msg, h, data);
+    case MessageType::kPutRequest:
+      co_return co_await on_put(c, msg, h, data);
+    case MessageType::kGetRequest:
+      co_return co_await on_get(c, msg, h, data);
+    case MessageType::kBatchPutRequest:
+      co_return co_await on_batch_put(c, msg, h, data);
+    case MessageType::kBatchGetRequest:
+      co_return co_await on_batch_get(c, msg, h, data);
+    case MessageType::kMatchPrefixRequest:
+      co_return co_await on_match_prefix(c, msg, h, data);
+    case MessageType::kRemoveRequest:
+      co_return co_await on_remove(c, msg, h, data);
     case MessageType::kPinRequest:
-    case MessageType::kUnpinRequest: {
-      bool pin = h.type == MessageType::kPinRequest;
-      uint16_t ns = pin ? std::get<PinRequest>(*msg).ns : std::get<UnpinRequest>(*msg).ns;
-      std::vector<kv::Key128>& keys =
-          pin ? std::get<PinRequest>(*msg).keys : std::get<UnpinRequest>(*msg).keys;
-      if (Status st = check_ns(c, ns); !st.ok()) co_return co_await send_error(c, rid, st);
-      if (keys.size() > limits.max_match_keys) {
-        co_return co_await send_error(
-            c, rid,
-            Status::invalid_argument(fmt::format("{} keys exceed the server's max_match_keys {}",
-                                                 keys.size(), limits.max_match_keys)));
-      }
-      store_keys(c, ns, keys);
-      if (Status st = track_pins(c, ns, keys, pin); !st.ok()) {
-        co_return co_await send_error(c, rid, st);
-      }
-      Result<size_t> r =
-          pin ? s.pin(ns, keys, std::get<PinRequest>(*msg).ttl_ms) : s.unpin(ns, keys);
-      if (!r.ok()) co_return co_await send_error(c, rid, r.status());
-      auto n = static_cast<uint32_t>(*r);
-      if (pin) co_return co_await send(c, PinResponse{n}, rid);
-      co_return co_await send(c, UnpinResponse{n}, rid);
-    }
-    case MessageType::kStatsRequest: {
-      auto& req = std::get<StatsRequest>(*msg);
-      StatsResponse resp;
-      std::string json;
-      build_stats(req.format, &resp, &json);
-      ByteView part(reinterpret_cast<const std::byte*>(json.data()), json.size());
-      co_return co_await send(c, resp, rid, std::span<const ByteView>(&part, 1));
-    }
-    case MessageType::kShmOfferRequest: {
-      if (!shm_listener) {
-        co_return co_await send_error(
-            c, rid, Status::unavailable("the shared-memory path is disabled on this server"));
-      }
-      auto nonce = random_nonce();
-      if (!nonce.ok()) co_return co_await send_error(c, rid, nonce.status());
-      {
-        std::lock_guard lk(mu);
-        if (c.shm_nonce) shm_waiting.erase(*c.shm_nonce);
-        c.shm_nonce = *nonce;
-        if (auto it = conns.find(c.id); it != conns.end()) shm_waiting[*nonce] = it->second;
-      }
-      ShmOfferResponse resp;
-      resp.socket_name = shm_listener->name();
-      resp.host_id = host_id;
-      resp.nonce = *nonce;
-      resp.max_area_bytes = cfg.shm_max_area_bytes;
-      co_return co_await send(c, resp, rid);
-    }
-    case MessageType::kShmPutRequest: {
-      auto& req = std::get<ShmPutRequest>(*msg);
-      if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
-      req.key = store_key(c, req.ns, req.key);
-      auto area = c.shm_area();
-      if (!area) {
-        co_return co_await send_error(
-            c, rid, Status::failed_precondition("no shared-memory area attached"));
-      }
-      auto range = area->range(req.offset, req.length);
-      if (!range) {
-        co_return co_await send_error(
-            c, rid, Status::invalid_argument("ShmPut range outside the shared-memory area"));
-      }
-      ByteView in = *range;
-      if (quota_admits(c, std::array<size_t, 1>{in.size()}) == 0) {
-        co_return co_await send(c, ShmPutResponse{quota_refusal()}, rid);
-      }
-      // `area` stays alive (mapped) until the store has copied the bytes.
-      auto r = co_await run_in_pool(*pool, [&s, &req, in] { return s.put(req.ns, req.key, in); });
-      if (!r.ok()) co_return co_await send_error(c, rid, r.status());
-      m->shm_bytes.add(req.length);
-      co_return co_await send(c, ShmPutResponse{PutOutcome::from(*r)}, rid);
-    }
-    case MessageType::kShmGetRequest: {
-      auto& req = std::get<ShmGetRequest>(*msg);
-      if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
-      req.key = store_key(c, req.ns, req.key);
-      auto area = c.shm_area();
-      if (!area) {
-        co_return co_await send_error(
-            c, rid, Status::failed_precondition("no shared-memory area attached"));
-      }
-      auto range =
-          area->range(req.offset, std::min<uint32_t>(req.buffer_bytes, limits.max_object_bytes));
-      if (!range || range->empty()) {
-        co_return co_await send_error(
-            c, rid, Status::invalid_argument("ShmGet range outside the shared-memory area"));
-      }
-      MutableByteView out = *range;
-      auto r = co_await run_in_pool(
-          *pool, [&s, &req, out] { return s.get_into_shared(req.ns, req.key, out); });
-      if (!r.ok()) co_return co_await send_error(c, rid, r.status());
-      if (r->hit) m->shm_bytes.add(r->length);
-      co_return co_await send(c, ShmGetResponse{GetOutcome::from(*r)}, rid);
-    }
+    case MessageType::kUnpinRequest:
+      co_return co_await on_pin_or_unpin(c, msg, h, data);
+    case MessageType::kStatsRequest:
+      co_return co_await on_stats(c, msg, h, data);
+    case MessageType::kShmOfferRequest:
+      co_return co_await on_shm_offer(c, msg, h, data);
+    case MessageType::kShmPutRequest:
+      co_return co_await on_shm_put(c, msg, h, data);
+    case MessageType::kShmGetRequest:
+      co_return co_await on_shm_get(c, msg, h, data);
     case MessageType::kHelloRequest:
       co_return co_await send_error(
           c, rid, Status::failed_precondition("Hello was already done on this connection"));
@@ -461,6 +206,341 @@ asio::awaitable<bool> StoreServer::Impl::handle(ServerConnection& c, const Frame
           c, rid,
           Status::invalid_argument(fmt::format("{} is not a request", message_type_name(h.type))));
   }
+}
+
+asio::awaitable<bool> StoreServer::Impl::on_register_namespace(ServerConnection& c,
+                                                               Result<Message>& msg,
+                                                               const FrameHeader& h,
+                                                               ByteView data) {
+  const uint64_t rid = h.request_id;
+  (void)data;
+  kv::Store& s = *store;
+  auto& req = std::get<RegisterNamespaceRequest>(*msg);
+  if (c.namespaces.size() >= kMaxNamespacesPerConnection) {
+    co_return co_await send_error(
+        c, rid,
+        Status::out_of_space(
+            fmt::format("at most {} namespaces per connection", kMaxNamespacesPerConnection)));
+  }
+  const kv::Namespace ns = c.tenant ? tenant_namespace(c.tenant->name, req.ns) : req.ns;
+  if (c.tenant) refresh_holdings(*c.tenant);
+  // On a store thread: with the table full, registering may wait for
+  // puts in flight (bounded, kv/namespace_table.h).
+  const uint16_t arena = arena_of(c.tenant);
+  auto r =
+      co_await run_in_pool(*pool, [&s, &ns, arena] { return s.register_namespace(ns, arena); });
+  if (!r.ok()) co_return co_await send_error(c, rid, r.status());
+  // The connection holds one registration of each namespace it
+  // registered (released when it ends): a second one is given back.
+  if (check_ns(c, *r).ok()) {
+    s.release_namespace(*r);
+  } else {
+    if (c.tenant) {
+      if (Status st = tenants->acquire_namespace(*c.tenant, *r, ns.digest()); !st.ok()) {
+        s.release_namespace(*r);
+        co_return co_await send_error(c, rid, st);
+      }
+    }
+    std::lock_guard lk(c.shm_mu);
+    c.namespaces.push_back(*r);
+    c.ns_digests.push_back(ns.digest());
+  }
+  co_return co_await send(c, RegisterNamespaceResponse{*r}, rid);
+}
+
+asio::awaitable<bool> StoreServer::Impl::on_put(ServerConnection& c, Result<Message>& msg,
+                                                const FrameHeader& h, ByteView data) {
+  const uint64_t rid = h.request_id;
+  (void)h;
+  kv::Store& s = *store;
+  auto& req = std::get<PutRequest>(*msg);
+  if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
+  req.key = store_key(c, req.ns, req.key);
+  if (quota_admits(c, std::array<size_t, 1>{data.size()}) == 0) {
+    co_return co_await send(c, PutResponse{quota_refusal()}, rid);
+  }
+  auto r = co_await run_in_pool(*pool, [&s, &req, data] { return s.put(req.ns, req.key, data); });
+  if (!r.ok()) co_return co_await send_error(c, rid, r.status());
+  co_return co_await send(c, PutResponse{PutOutcome::from(*r)}, rid);
+}
+
+asio::awaitable<bool> StoreServer::Impl::on_get(ServerConnection& c, Result<Message>& msg,
+                                                const FrameHeader& h, ByteView data) {
+  const uint64_t rid = h.request_id;
+  (void)h;
+  kv::Store& s = *store;
+  auto& req = std::get<GetRequest>(*msg);
+  if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
+  req.key = store_key(c, req.ns, req.key);
+  // A RAM hit is sent from its slot, leased until the write is done,
+  // with the CRC the store keeps: no copy and no checksum pass here,
+  // and no hop to a store thread (a lease is an index lookup).
+  if (auto lease = s.lease_ram(req.ns, req.key); lease.ok() && *lease) {
+    const kv::RamLease& l = **lease;
+    if (l.length <= req.buffer_bytes) {
+      GetResponse resp{GetOutcome{true, kv::Tier::kRam, kv::MissReason::kNone, l.length}};
+      ByteView part(l.data, l.length);
+      co_return co_await send(c, resp, rid, std::span<const ByteView>(&part, 1), l.crc, l.slot);
+    }
+    s.release_ram_lease(l.slot);  // too small a buffer: get() says so below
+  }
+  // No object is larger than max_object_bytes, so a larger client
+  // buffer needs no more room here.
+  MutableByteView out =
+      c.data_buffer(std::min<uint32_t>(req.buffer_bytes, limits.max_object_bytes));
+  // The store thread also checksums the block for the frame while it
+  // is in cache, so the I/O thread only writes it.
+  struct Copied {
+    Result<kv::GetResult> r;
+    uint32_t crc;
+  };
+  auto got = co_await run_in_pool(*pool, [&s, &req, out] {
+    Copied c{s.get(req.ns, req.key, out), 0};
+    if (c.r.ok() && c.r->hit) c.crc = crc32c(out.data(), c.r->length);
+    return c;
+  });
+  if (!got.r.ok()) co_return co_await send_error(c, rid, got.r.status());
+  GetResponse resp{GetOutcome::from(*got.r)};
+  ByteView part(out.data(), resp.result.length);
+  co_return co_await send(c, resp, rid, std::span<const ByteView>(&part, 1), got.crc);
+}
+
+asio::awaitable<bool> StoreServer::Impl::on_batch_put(ServerConnection& c, Result<Message>& msg,
+                                                      const FrameHeader& h, ByteView data) {
+  const uint64_t rid = h.request_id;
+  (void)h;
+  kv::Store& s = *store;
+  auto& req = std::get<BatchPutRequest>(*msg);
+  if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
+  if (req.items.size() > limits.max_batch) {
+    co_return co_await send_error(
+        c, rid,
+        Status::invalid_argument(fmt::format("batch of {} items exceeds the server's {}",
+                                             req.items.size(), limits.max_batch)));
+  }
+  std::vector<kv::Key128> keys;
+  std::vector<ByteView> parts;
+  keys.reserve(req.items.size());
+  parts.reserve(req.items.size());
+  size_t off = 0;
+  std::vector<size_t> sizes;
+  for (const KeyLength& kl : req.items) {
+    keys.push_back(store_key(c, req.ns, kl.key));
+    parts.push_back(data.subspan(off, kl.length));
+    sizes.push_back(kl.length);
+    off += kl.length;
+  }
+  // Items past the tenant's byte quota are refused; the rest are put.
+  const size_t admitted = quota_admits(c, sizes);
+  keys.resize(admitted);
+  parts.resize(admitted);
+  auto r = co_await run_in_pool(
+      *pool, [&s, &req, &keys, &parts] { return s.batch_put(req.ns, keys, parts); });
+  if (!r.ok()) co_return co_await send_error(c, rid, r.status());
+  BatchPutResponse resp;
+  resp.results.reserve(req.items.size());
+  for (const kv::PutResult& pr : *r) resp.results.push_back(PutOutcome::from(pr));
+  resp.results.resize(req.items.size(), quota_refusal());
+  co_return co_await send(c, resp, rid);
+}
+
+asio::awaitable<bool> StoreServer::Impl::on_batch_get(ServerConnection& c, Result<Message>& msg,
+                                                      const FrameHeader& h, ByteView data) {
+  const uint64_t rid = h.request_id;
+  (void)h;
+  kv::Store& s = *store;
+  auto& req = std::get<BatchGetRequest>(*msg);
+  if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
+  if (req.items.size() > limits.max_batch) {
+    co_return co_await send_error(
+        c, rid,
+        Status::invalid_argument(fmt::format("batch of {} items exceeds the server's {}",
+                                             req.items.size(), limits.max_batch)));
+  }
+  uint64_t need = 0;
+  for (const KeyLength& kl : req.items) {
+    need += std::min<uint32_t>(kl.length, limits.max_object_bytes);
+  }
+  if (need > limits.max_data_bytes) {
+    co_return co_await send_error(
+        c, rid,
+        Status::invalid_argument(
+            fmt::format("batch buffers of {} bytes exceed the server's max_data_bytes {}; split it",
+                        need, limits.max_data_bytes)));
+  }
+  MutableByteView area = c.data_buffer(need);
+  std::vector<kv::BatchGetItem> items;
+  items.reserve(req.items.size());
+  size_t off = 0;
+  for (const KeyLength& kl : req.items) {
+    size_t len = std::min<uint32_t>(kl.length, limits.max_object_bytes);
+    items.push_back({store_key(c, req.ns, kl.key), area.subspan(off, len)});
+    off += len;
+  }
+  auto r = co_await run_in_pool(*pool, [&s, &req, &items] { return s.batch_get(req.ns, items); });
+  if (!r.ok()) co_return co_await send_error(c, rid, r.status());
+  BatchGetResponse resp;
+  std::vector<ByteView> parts;
+  resp.results.reserve(r->size());
+  for (size_t i = 0; i < r->size(); ++i) {
+    resp.results.push_back(GetOutcome::from((*r)[i]));
+    if (resp.results.back().hit) {
+      parts.push_back(ByteView(items[i].out.data(), resp.results.back().length));
+    }
+  }
+  co_return co_await send(c, resp, rid, parts);
+}
+
+asio::awaitable<bool> StoreServer::Impl::on_match_prefix(ServerConnection& c, Result<Message>& msg,
+                                                         const FrameHeader& h, ByteView data) {
+  const uint64_t rid = h.request_id;
+  (void)h, (void)data;
+  kv::Store& s = *store;
+  auto& req = std::get<MatchPrefixRequest>(*msg);
+  if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
+  if (req.keys.size() > limits.max_match_keys) {
+    co_return co_await send_error(
+        c, rid,
+        Status::invalid_argument(fmt::format("{} keys exceed the server's max_match_keys {}",
+                                             req.keys.size(), limits.max_match_keys)));
+  }
+  store_keys(c, req.ns, req.keys);
+  // match_prefix never touches the disk: run it here.
+  auto r = s.match_prefix(req.ns, req.keys);
+  if (!r.ok()) co_return co_await send_error(c, rid, r.status());
+  co_return co_await send(c, MatchPrefixResponse::from(*r), rid);
+}
+
+asio::awaitable<bool> StoreServer::Impl::on_remove(ServerConnection& c, Result<Message>& msg,
+                                                   const FrameHeader& h, ByteView data) {
+  const uint64_t rid = h.request_id;
+  (void)h, (void)data;
+  kv::Store& s = *store;
+  auto& req = std::get<RemoveRequest>(*msg);
+  if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
+  req.key = store_key(c, req.ns, req.key);
+  auto r = co_await run_in_pool(*pool, [&s, &req] { return s.remove(req.ns, req.key); });
+  if (!r.ok()) co_return co_await send_error(c, rid, r.status());
+  co_return co_await send(c, RemoveResponse{*r}, rid);
+}
+
+asio::awaitable<bool> StoreServer::Impl::on_pin_or_unpin(ServerConnection& c, Result<Message>& msg,
+                                                         const FrameHeader& h, ByteView data) {
+  const uint64_t rid = h.request_id;
+  (void)data;
+  kv::Store& s = *store;
+  bool pin = h.type == MessageType::kPinRequest;
+  uint16_t ns = pin ? std::get<PinRequest>(*msg).ns : std::get<UnpinRequest>(*msg).ns;
+  std::vector<kv::Key128>& keys =
+      pin ? std::get<PinRequest>(*msg).keys : std::get<UnpinRequest>(*msg).keys;
+  if (Status st = check_ns(c, ns); !st.ok()) co_return co_await send_error(c, rid, st);
+  if (keys.size() > limits.max_match_keys) {
+    co_return co_await send_error(
+        c, rid,
+        Status::invalid_argument(fmt::format("{} keys exceed the server's max_match_keys {}",
+                                             keys.size(), limits.max_match_keys)));
+  }
+  store_keys(c, ns, keys);
+  if (Status st = track_pins(c, ns, keys, pin); !st.ok()) {
+    co_return co_await send_error(c, rid, st);
+  }
+  Result<size_t> r = pin ? s.pin(ns, keys, std::get<PinRequest>(*msg).ttl_ms) : s.unpin(ns, keys);
+  if (!r.ok()) co_return co_await send_error(c, rid, r.status());
+  auto n = static_cast<uint32_t>(*r);
+  if (pin) co_return co_await send(c, PinResponse{n}, rid);
+  co_return co_await send(c, UnpinResponse{n}, rid);
+}
+
+asio::awaitable<bool> StoreServer::Impl::on_stats(ServerConnection& c, Result<Message>& msg,
+                                                  const FrameHeader& h, ByteView data) {
+  const uint64_t rid = h.request_id;
+  (void)h;
+  auto& req = std::get<StatsRequest>(*msg);
+  StatsResponse resp;
+  std::string json;
+  build_stats(req.format, &resp, &json);
+  ByteView part(reinterpret_cast<const std::byte*>(json.data()), json.size());
+  co_return co_await send(c, resp, rid, std::span<const ByteView>(&part, 1));
+}
+
+asio::awaitable<bool> StoreServer::Impl::on_shm_offer(ServerConnection& c, Result<Message>& msg,
+                                                      const FrameHeader& h, ByteView data) {
+  const uint64_t rid = h.request_id;
+  (void)msg, (void)h, (void)data;
+  if (!shm_listener) {
+    co_return co_await send_error(
+        c, rid, Status::unavailable("the shared-memory path is disabled on this server"));
+  }
+  auto nonce = random_nonce();
+  if (!nonce.ok()) co_return co_await send_error(c, rid, nonce.status());
+  {
+    std::lock_guard lk(mu);
+    if (c.shm_nonce) shm_waiting.erase(*c.shm_nonce);
+    c.shm_nonce = *nonce;
+    if (auto it = conns.find(c.id); it != conns.end()) shm_waiting[*nonce] = it->second;
+  }
+  ShmOfferResponse resp;
+  resp.socket_name = shm_listener->name();
+  resp.host_id = host_id;
+  resp.nonce = *nonce;
+  resp.max_area_bytes = cfg.shm_max_area_bytes;
+  co_return co_await send(c, resp, rid);
+}
+
+asio::awaitable<bool> StoreServer::Impl::on_shm_put(ServerConnection& c, Result<Message>& msg,
+                                                    const FrameHeader& h, ByteView data) {
+  const uint64_t rid = h.request_id;
+  (void)h, (void)data;
+  kv::Store& s = *store;
+  auto& req = std::get<ShmPutRequest>(*msg);
+  if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
+  req.key = store_key(c, req.ns, req.key);
+  auto area = c.shm_area();
+  if (!area) {
+    co_return co_await send_error(c, rid,
+                                  Status::failed_precondition("no shared-memory area attached"));
+  }
+  auto range = area->range(req.offset, req.length);
+  if (!range) {
+    co_return co_await send_error(
+        c, rid, Status::invalid_argument("ShmPut range outside the shared-memory area"));
+  }
+  ByteView in = *range;
+  if (quota_admits(c, std::array<size_t, 1>{in.size()}) == 0) {
+    co_return co_await send(c, ShmPutResponse{quota_refusal()}, rid);
+  }
+  // `area` stays alive (mapped) until the store has copied the bytes.
+  auto r = co_await run_in_pool(*pool, [&s, &req, in] { return s.put(req.ns, req.key, in); });
+  if (!r.ok()) co_return co_await send_error(c, rid, r.status());
+  m->shm_bytes.add(req.length);
+  co_return co_await send(c, ShmPutResponse{PutOutcome::from(*r)}, rid);
+}
+
+asio::awaitable<bool> StoreServer::Impl::on_shm_get(ServerConnection& c, Result<Message>& msg,
+                                                    const FrameHeader& h, ByteView data) {
+  const uint64_t rid = h.request_id;
+  (void)h, (void)data;
+  kv::Store& s = *store;
+  auto& req = std::get<ShmGetRequest>(*msg);
+  if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
+  req.key = store_key(c, req.ns, req.key);
+  auto area = c.shm_area();
+  if (!area) {
+    co_return co_await send_error(c, rid,
+                                  Status::failed_precondition("no shared-memory area attached"));
+  }
+  auto range =
+      area->range(req.offset, std::min<uint32_t>(req.buffer_bytes, limits.max_object_bytes));
+  if (!range || range->empty()) {
+    co_return co_await send_error(
+        c, rid, Status::invalid_argument("ShmGet range outside the shared-memory area"));
+  }
+  MutableByteView out = *range;
+  auto r = co_await run_in_pool(
+      *pool, [&s, &req, out] { return s.get_into_shared(req.ns, req.key, out); });
+  if (!r.ok()) co_return co_await send_error(c, rid, r.status());
+  if (r->hit) m->shm_bytes.add(r->length);
+  co_return co_await send(c, ShmGetResponse{GetOutcome::from(*r)}, rid);
 }
 
 }  // namespace kvtier::net
