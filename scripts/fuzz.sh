@@ -50,9 +50,11 @@ common_flags=(-std=c++20 -g -O1 -fno-omit-frame-pointer -I "$root/src" -I "$root
               -fsanitize=address,undefined -fno-sanitize-recover=all)
 
 # The library sources, as kvtier_module() picks them: src/<module>/**/*.cc
-# minus tests, fuzzers and mains.
+# minus tests, fuzzers and mains, and minus common's HTTP endpoint: the store
+# never uses it, and clang 14 cannot build its Asio coroutines with these
+# sanitizers ("Cannot represent a difference across sections").
 mapfile -t srcs < <(find src/common src/blk src/kv -name '*.cc' | sort |
-                    grep -Ev '(_test|_fuzz|_main)\.cc$')
+                    grep -Ev '(_test|_fuzz|_main)\.cc$' | grep -v 'common/http_endpoint\.cc$')
 
 # A small ninja file gives incremental builds with header dependencies.
 {

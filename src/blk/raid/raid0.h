@@ -52,8 +52,9 @@ class Raid0 : public BlockDevice {
   // Counts parent requests (one per call), not member sub-requests.
   DeviceStats stats() const override;
 
-  // What every member can do: a piece of a request reaches one member
-  // unchanged. readv is split into reads (vectored_reads false).
+  // Registered buffers when every member has them (a piece of a request
+  // reaches one member unchanged); no direct reads (raid0.cc says why);
+  // readv is split into reads (vectored_reads false).
   DeviceCapabilities capabilities() const override;
   // Registers `buf` with every member (pieces of a read land in sub-ranges
   // of it); fails, registering nothing, if any member refuses.

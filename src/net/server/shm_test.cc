@@ -340,7 +340,7 @@ TEST(SharedMemoryPath, ServerStoppedMidStreamGivesMissesThenRecovers) {
       }
     });
   }
-  ASSERT_TRUE(kvtier::testing::eventually([&] { return hits.load() > 0; }));
+  EXPECT_TRUE(kvtier::testing::eventually([&] { return hits.load() > 0; }));
   ASSERT_TRUE(server->stop().ok());  // every connection closes under the callers
   server.reset();
   // The callers go on against a stopped server for a while.

@@ -10,11 +10,8 @@
 // Nothing may crash; anything that decodes must re-encode to the very same
 // bytes (the encoding is canonical) and decode again to an equal value.
 //
-// Build (not part of the default build; see docs/protocol-store.md):
-//   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -Isrc \
-//     src/net/wire/protocol_fuzz.cc src/net/wire/protocol.cc src/common/crc32c.cc \
-//     src/common/status.cc src/common/buffer.cc -o protocol_fuzz
-//   ./protocol_fuzz fuzz/corpus/store_protocol
+// Build and run (not part of the default build): scripts/fuzz-protocol.sh,
+// which lists the sources; docs/protocol-store.md, "Fuzzing".
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
