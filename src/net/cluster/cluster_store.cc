@@ -233,6 +233,31 @@ struct ClusterStore::Impl {
     }
     return first;
   }
+
+  // Pin and unpin: `op(node store, node handle, the node's keys)` on each
+  // owner of some of `keys`, in parallel; the sum of the counts it returns.
+  template <typename Op>
+  Result<size_t> count_per_owner(uint16_t ns, std::span<const kv::Key128> keys, Op&& op) {
+    KVTIER_RETURN_IF_ERROR(check_ns(ns));
+    auto v = snapshot();
+    if (v->conns.empty()) return size_t{0};
+    std::atomic<size_t> total{0};
+    Status st = for_each_owner(
+        *v, keys.size(), [&](size_t i) { return keys[i]; },
+        [&](size_t n, const std::vector<size_t>& idx) -> Status {
+          NodeConn& c = *v->conns[n];
+          auto h = handle(c, ns);
+          if (!h.ok()) return h.status();
+          std::vector<kv::Key128> sub;
+          for (size_t i : idx) sub.push_back(keys[i]);
+          auto r = op(*c.store, *h, sub);
+          if (!r.ok()) return r.status();
+          total += *r;
+          return Status::ok_status();
+        });
+    if (!st.ok()) return st;
+    return total.load();
+  }
 };
 
 ClusterStore::ClusterStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -442,47 +467,14 @@ Result<bool> ClusterStore::remove(uint16_t ns, const kv::Key128& key) {
 }
 
 Result<size_t> ClusterStore::pin(uint16_t ns, std::span<const kv::Key128> keys, uint64_t ttl_ms) {
-  KVTIER_RETURN_IF_ERROR(impl_->check_ns(ns));
-  auto v = impl_->snapshot();
-  if (v->conns.empty()) return size_t{0};
-  std::atomic<size_t> total{0};
-  Status st = impl_->for_each_owner(
-      *v, keys.size(), [&](size_t i) { return keys[i]; },
-      [&](size_t n, const std::vector<size_t>& idx) -> Status {
-        NodeConn& c = *v->conns[n];
-        auto h = impl_->handle(c, ns);
-        if (!h.ok()) return h.status();
-        std::vector<kv::Key128> sub;
-        for (size_t i : idx) sub.push_back(keys[i]);
-        auto r = c.store->pin(*h, sub, ttl_ms);
-        if (!r.ok()) return r.status();
-        total += *r;
-        return Status::ok_status();
-      });
-  if (!st.ok()) return st;
-  return total.load();
+  return impl_->count_per_owner(ns, keys, [ttl_ms](KvStore& node, uint16_t h, const auto& sub) {
+    return node.pin(h, sub, ttl_ms);
+  });
 }
 
 Result<size_t> ClusterStore::unpin(uint16_t ns, std::span<const kv::Key128> keys) {
-  KVTIER_RETURN_IF_ERROR(impl_->check_ns(ns));
-  auto v = impl_->snapshot();
-  if (v->conns.empty()) return size_t{0};
-  std::atomic<size_t> total{0};
-  Status st = impl_->for_each_owner(
-      *v, keys.size(), [&](size_t i) { return keys[i]; },
-      [&](size_t n, const std::vector<size_t>& idx) -> Status {
-        NodeConn& c = *v->conns[n];
-        auto h = impl_->handle(c, ns);
-        if (!h.ok()) return h.status();
-        std::vector<kv::Key128> sub;
-        for (size_t i : idx) sub.push_back(keys[i]);
-        auto r = c.store->unpin(*h, sub);
-        if (!r.ok()) return r.status();
-        total += *r;
-        return Status::ok_status();
-      });
-  if (!st.ok()) return st;
-  return total.load();
+  return impl_->count_per_owner(
+      ns, keys, [](KvStore& node, uint16_t h, const auto& sub) { return node.unpin(h, sub); });
 }
 
 void add_store_stats(kv::StoreStats& sum, const kv::StoreStats& add) {
