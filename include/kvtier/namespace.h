@@ -24,6 +24,12 @@ struct Namespace {
   std::string tenant_salt;  // optional; empty = none
   KeyScheme scheme = KeyScheme::kXxh3_128;
 
+  // The common case in one call: one model, no tensor or pipeline parallelism,
+  // no tenant salt, the default key scheme.
+  static Namespace of_model(std::string model_id, std::string model_revision,
+                            std::string tokenizer_id, uint32_t tokens_per_block = 16,
+                            std::string kv_dtype = "bf16", std::string kv_layout = "NHD");
+
   // Checks the fields: non-empty ids, tokens_per_block > 0, ranks < sizes.
   Status validate() const;
   // Digest of the canonical encoding of all fields (docs/block-keys.md),

@@ -171,15 +171,7 @@ json server_config(uint32_t max_object, uint64_t ram_bytes, unsigned max_connect
           {"store", {{"ram_bytes", ram_bytes}, {"max_object_bytes", max_object}}}};
 }
 
-kv::Namespace bench_namespace() {
-  kv::Namespace ns;
-  ns.model_id = "bench-service";
-  ns.model_revision = "r1";
-  ns.tokenizer_id = "tok";
-  ns.kv_dtype = "bf16";
-  ns.kv_layout = "NHD";
-  return ns;
-}
+kv::Namespace bench_namespace() { return kv::Namespace::of_model("bench-service", "r1", "tok"); }
 
 Result<std::unique_ptr<net::RemoteStore>> open_client(uint16_t port, unsigned connections, bool shm,
                                                       const net::ClientTlsOptions& tls = {}) {

@@ -25,14 +25,7 @@ using kv::Key128;
 namespace {
 
 kv::Namespace bench_namespace() {
-  kv::Namespace ns;
-  ns.model_id = "Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8";
-  ns.model_revision = "bench";
-  ns.tokenizer_id = "qwen3";
-  ns.kv_dtype = "bf16";
-  ns.kv_layout = "NHD";
-  ns.tokens_per_block = 16;
-  return ns;
+  return kv::Namespace::of_model("Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8", "bench", "qwen3");
 }
 
 struct Step {

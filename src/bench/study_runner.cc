@@ -199,13 +199,9 @@ Status Run::setup() {
   total_ = w_.request_count();
   for (const auto& g : w_.length_groups) res_.group_labels.push_back(g.label);
 
-  kv::Namespace ns;
-  ns.model_id = "Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8";
-  ns.model_revision = "modeled";
-  ns.tokenizer_id = "qwen3";
-  ns.kv_dtype = "bf16";
-  ns.kv_layout = "modeled:" + o_.profile.name;
-  ns.tokens_per_block = w_.block_tokens;
+  const auto ns =
+      kv::Namespace::of_model("Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8", "modeled", "qwen3",
+                              w_.block_tokens, "bf16", "modeled:" + o_.profile.name);
   ns_digest_ = ns.digest();
   keys_.resize(w_.sessions.size());
   for (size_t s = 0; s < w_.sessions.size(); ++s) {

@@ -68,7 +68,7 @@ MetricsRegistry::Family& MetricsRegistry::family(const std::string& name, const 
 
 Counter& MetricsRegistry::counter(const std::string& name, const std::string& help,
                                   const std::string& labels) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto& slot = family(name, help, "counter").counters[labels];
   if (!slot) slot = std::make_unique<Counter>();
   return *slot;
@@ -76,7 +76,7 @@ Counter& MetricsRegistry::counter(const std::string& name, const std::string& he
 
 Gauge& MetricsRegistry::gauge(const std::string& name, const std::string& help,
                               const std::string& labels) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto& slot = family(name, help, "gauge").gauges[labels];
   if (!slot) slot = std::make_unique<Gauge>();
   return *slot;
@@ -84,7 +84,7 @@ Gauge& MetricsRegistry::gauge(const std::string& name, const std::string& help,
 
 Histogram& MetricsRegistry::histogram(const std::string& name, const std::string& help,
                                       const std::string& labels) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto& slot = family(name, help, "histogram").histograms[labels];
   if (!slot) slot = std::make_unique<Histogram>();
   return *slot;
@@ -100,7 +100,7 @@ std::string with_labels(const std::string& name, const std::string& labels,
 }  // namespace
 
 std::string MetricsRegistry::render_prometheus() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::ostringstream out;
   for (const auto& [name, f] : families_) {
     out << "# HELP " << name << ' ' << f.help << '\n' << "# TYPE " << name << ' ' << f.type << '\n';
@@ -132,7 +132,7 @@ std::string MetricsRegistry::render_prometheus() const {
 }
 
 std::string MetricsRegistry::render_json() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   nlohmann::json j = nlohmann::json::object();
   for (const auto& [name, f] : families_) {
     for (const auto& [labels, c] : f.counters) j[with_labels(name, labels)] = c->value();

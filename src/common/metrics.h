@@ -9,10 +9,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 namespace kvtier {
 
 class Counter {
@@ -84,10 +84,11 @@ class MetricsRegistry {
     std::map<std::string, std::unique_ptr<Gauge>> gauges;
     std::map<std::string, std::unique_ptr<Histogram>> histograms;
   };
-  Family& family(const std::string& name, const std::string& help, const char* type);
+  Family& family(const std::string& name, const std::string& help, const char* type)
+      KVTIER_REQUIRES(mu_);
 
-  mutable std::mutex mu_;
-  std::map<std::string, Family> families_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::map<std::string, Family> families_ KVTIER_GUARDED_BY(mu_);
 };
 
 }  // namespace kvtier

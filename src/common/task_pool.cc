@@ -12,7 +12,7 @@ TaskPool::TaskPool(size_t threads) {
 
 TaskPool::~TaskPool() {
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
@@ -21,7 +21,7 @@ TaskPool::~TaskPool() {
 
 void TaskPool::post(std::function<void()> task) {
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     tasks_.push_back(std::move(task));
   }
   cv_.notify_one();
@@ -31,8 +31,8 @@ void TaskPool::work() {
   for (;;) {
     std::function<void()> task;
     {
-      std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] { return stopping_ || !tasks_.empty(); });
+      MutexLock lk(mu_);
+      lk.wait(cv_, [&]() KVTIER_REQUIRES(mu_) { return stopping_ || !tasks_.empty(); });
       if (tasks_.empty()) return;  // stopping, and everything posted has run
       task = std::move(tasks_.front());
       tasks_.pop_front();

@@ -13,10 +13,11 @@
 #include <cstddef>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace kvtier {
 
@@ -33,10 +34,10 @@ class TaskPool {
  private:
   void work();
 
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::function<void()>> tasks_;
-  bool stopping_ = false;
+  std::deque<std::function<void()>> tasks_ KVTIER_GUARDED_BY(mu_);
+  bool stopping_ KVTIER_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };
 

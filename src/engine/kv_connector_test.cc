@@ -8,6 +8,7 @@
 #include "blk/dev/mem_device.h"
 #include "kv/block_key.h"
 #include "kv/store.h"
+#include "kv/testing/small_store.h"
 
 namespace kvtier::engine {
 namespace {
@@ -20,24 +21,12 @@ struct ConnectorFixture {
   std::vector<kv::Key128> keys;
 
   explicit ConnectorFixture(uint64_t ram_slots, size_t blocks) {
-    kv::StoreOptions o;
-    o.ram_bytes = ram_slots * kBlock;
-    o.max_object_bytes = kBlock;
-    o.volume = std::make_shared<blk::MemDevice>(64 << 20);
-    o.disk.region_bytes = 1 << 20;
-    o.disk.flush_chunk_bytes = 256 << 10;
+    kv::StoreOptions o = kv::testing::small_store_options(
+        std::make_shared<blk::MemDevice>(64 << 20), ram_slots, kBlock);
     o.disk.max_payload_bytes = kBlock;
     o.promote_on_disk_hit = false;  // keep the tiers where the saves left them
-    auto s = kv::Store::open(o);
-    EXPECT_TRUE(s.ok()) << s.status().message();
-    store = std::move(*s);
-    kv::Namespace ns;
-    ns.model_id = "connector-test";
-    ns.model_revision = "1";
-    ns.tokenizer_id = "test";
-    ns.kv_dtype = "bf16";
-    ns.kv_layout = "test";
-    ns.tokens_per_block = 16;
+    store = kv::testing::open_store(o);
+    const auto ns = kv::Namespace::of_model("connector-test", "1", "test", 16, "bf16", "test");
     auto id = store->register_namespace(ns);
     EXPECT_TRUE(id.ok()) << id.status().message();
     connector = std::make_unique<KvConnector>(store.get(), *id, kBlock);

@@ -11,7 +11,7 @@ DiskAdmission::DiskAdmission(uint64_t bytes_per_second, uint64_t burst_bytes)
 
 bool DiskAdmission::admit(uint64_t bytes, uint64_t now_ns) {
   if (rate_ == 0) return true;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (last_ns_ != 0 && now_ns > last_ns_) {
     tokens_ = std::min(burst_, tokens_ + static_cast<double>(now_ns - last_ns_) * 1e-9 *
                                              static_cast<double>(rate_));

@@ -8,7 +8,8 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
+
+#include "common/mutex.h"
 
 namespace kvtier::kv {
 
@@ -22,9 +23,9 @@ class DiskAdmission {
  private:
   const uint64_t rate_;  // bytes per second; 0 = unlimited
   const double burst_;   // bucket size in bytes
-  std::mutex mu_;
-  double tokens_;         // guarded by mu_
-  uint64_t last_ns_ = 0;  // guarded by mu_
+  Mutex mu_;
+  double tokens_ KVTIER_GUARDED_BY(mu_);
+  uint64_t last_ns_ KVTIER_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kvtier::kv

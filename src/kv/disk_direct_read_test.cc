@@ -21,6 +21,7 @@
 #include "common/testing/eventually.h"
 #include "kv/store.h"
 #include "kv/test_payload.h"
+#include "kv/testing/small_store.h"
 
 namespace kvtier::kv {
 namespace {
@@ -32,25 +33,17 @@ constexpr uint32_t kObj = 64 << 10;
 Namespace direct_namespace() { return test_namespace("direct-model"); }
 
 StoreOptions direct_options(std::shared_ptr<blk::BlockDevice> volume) {
-  StoreOptions o;
-  o.ram_bytes = 0;  // every get is a cold disk read
-  o.max_object_bytes = kObj;
-  o.volume = std::move(volume);
-  o.disk.region_bytes = 1 << 20;
-  o.disk.flush_chunk_bytes = 256 << 10;
+  StoreOptions o = testing::small_store_options(std::move(volume), 0, kObj);
+  // No RAM tier: every get is a cold disk read.
   o.disk.read_depth = 4;
   o.disk.direct_reads = DiskTierOptions::DirectReads::kAlways;
-  o.io_timeout_ms = 500;
   return o;
 }
 
 struct Opened {
   std::unique_ptr<Store> store;
   uint16_t ns = 0;
-  explicit Opened(const StoreOptions& o) {
-    auto s = Store::open(o);
-    EXPECT_TRUE(s.ok()) << s.status().to_string();
-    store = std::move(s).value();
+  explicit Opened(const StoreOptions& o) : store(testing::open_store(o)) {
     ns = *store->register_namespace(direct_namespace());
   }
   void put(uint64_t i, uint32_t len) {

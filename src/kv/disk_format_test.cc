@@ -145,14 +145,7 @@ Superblock golden_superblock() {
 }
 
 Namespace n1() {  // N1 of docs/block-keys.md
-  Namespace n;
-  n.model_id = "llama-3-8b";
-  n.model_revision = "r1";
-  n.tokenizer_id = "llama3-tok";
-  n.kv_dtype = "bf16";
-  n.kv_layout = "NHD";
-  n.tokens_per_block = 4;
-  return n;
+  return Namespace::of_model("llama-3-8b", "r1", "llama3-tok", 4);
 }
 
 StoreOptions options(std::shared_ptr<blk::BlockDevice> volume) {

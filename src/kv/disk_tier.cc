@@ -27,9 +27,9 @@ DiskTier::DiskTier(std::shared_ptr<blk::BlockDevice> device, const DiskTierOptio
 
 DiskTier::~DiskTier() {
   {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     // Write completions call back into this object: wait for them.
-    cv_.wait(lock, [&] { return writes_in_flight_ == 0; });
+    lock.wait(cv_, [&]() KVTIER_REQUIRES(mu_) { return writes_in_flight_ == 0; });
   }
   for (int idx : registered_) (void)dev_->unregister_buffer(idx);
 }
@@ -70,14 +70,14 @@ bool DiskTier::valid_page(uint32_t page) const {
 }
 
 Status DiskTier::flush() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   // Appends that returned before this flush have finished their copies; wait
   // for those still copying into the open region so its write covers them.
   const uint64_t deadline = write_deadline();
   const Status too_slow =
       Status::timeout("disk tier: flush did not complete in time (device writes pending)");
   while (open_ >= 0 && !regions_[open_].copying.empty()) {
-    if (!wait_locked(lock, deadline)) return too_slow;
+    if (!wait_locked(deadline)) return too_slow;
   }
   std::vector<WriteChunk> chunks;
   if (open_ >= 0) {
@@ -95,14 +95,14 @@ Status DiskTier::flush() {
   lock.unlock();
   submit_writes(std::move(chunks));
   lock.lock();
-  auto done = [&] {
+  auto done = [&]() KVTIER_REQUIRES(mu_) {
     for (auto [i, seq] : busy) {
       if (regions_[i].seq == seq && regions_[i].pending > 0) return false;
     }
     return true;
   };
   while (!done()) {
-    if (!wait_locked(lock, deadline)) return too_slow;
+    if (!wait_locked(deadline)) return too_slow;
   }
   lock.unlock();
   KVTIER_RETURN_IF_ERROR(dev_->flush_sync());
@@ -114,7 +114,7 @@ Status DiskTier::flush() {
 
 Status DiskTier::close() {
   KVTIER_RETURN_IF_ERROR(flush());
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   // The open region is fully written now: record it as sealed.
   std::vector<CheckpointEntry> entries;
   index_->for_each([&](const IndexRecord& rec) {
@@ -186,7 +186,7 @@ DiskTierStats DiskTier::stats() const {
   s.tombstones = c_->tombstones.load(kRelaxed);
   s.recovered_from_checkpoint = c_->recovered_from_checkpoint;
   s.region_count = region_count_;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& r : regions_) s.regions_in_use += r.state != Region::kFree;
   return s;
 }

@@ -22,11 +22,11 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "blk/block_device.h"
 #include "common/buffer.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "kv/disk_format.h"
 #include "kv/index.h"
@@ -129,25 +129,26 @@ class DiskTier {
   Status init();
   Status format();
   Status write_superblock();
-  Status load_checkpoint();
-  Status scan_regions();
-  void rebuild_fifo();
+  Status load_checkpoint() KVTIER_REQUIRES(mu_);
+  Status scan_regions() KVTIER_REQUIRES(mu_);
+  void rebuild_fifo() KVTIER_REQUIRES(mu_);
 
   uint32_t region_of_page(uint32_t page) const;
   uint32_t first_page_of(uint32_t region) const;
   uint64_t region_offset(uint32_t region) const;
 
   // All *_locked methods require mu_ held through `lock`.
-  Status make_room_locked(std::unique_lock<std::mutex>& lock, uint64_t need, uint64_t deadline_ns);
+  Status make_room_locked(uint64_t need, uint64_t deadline_ns) KVTIER_REQUIRES(mu_);
   // One bounded wait on cv_; false (and a counted write timeout) once the
   // deadline has passed.
-  bool wait_locked(std::unique_lock<std::mutex>& lock, uint64_t deadline_ns);
+  bool wait_locked(uint64_t deadline_ns) KVTIER_REQUIRES(mu_);
   uint64_t write_deadline() const;
-  std::vector<WriteChunk> seal_open_locked();
-  std::vector<WriteChunk> chunks_locked(uint32_t region, uint32_t from, uint32_t to);
-  Status open_region_locked(std::unique_lock<std::mutex>& lock, uint64_t deadline_ns);
-  uint32_t append_locked(const Key128& key, const Key128& ns_digest, ByteView payload,
-                         uint32_t crc);
+  std::vector<WriteChunk> seal_open_locked() KVTIER_REQUIRES(mu_);
+  std::vector<WriteChunk> chunks_locked(uint32_t region, uint32_t from, uint32_t to)
+      KVTIER_REQUIRES(mu_);
+  Status open_region_locked(uint64_t deadline_ns) KVTIER_REQUIRES(mu_);
+  uint32_t append_locked(const Key128& key, const Key128& ns_digest, ByteView payload, uint32_t crc)
+      KVTIER_REQUIRES(mu_);
   // Space for one entry in the open region, taken under mu_ and filled after.
   struct Reservation {
     uint32_t region = 0;
@@ -157,15 +158,15 @@ class DiskTier {
     disk::EntryHeader header{};
   };
   Reservation reserve_locked(const Key128& key, const Key128& ns_digest, size_t payload_bytes,
-                             uint32_t crc, uint32_t flags = 0);
+                             uint32_t crc, uint32_t flags = 0) KVTIER_REQUIRES(mu_);
   static void write_entry(std::byte* dst, const disk::EntryHeader& h, ByteView payload);
   // Marks a reserved entry copied; returns the open region's whole chunks
   // that are now ready to be written.
-  std::vector<WriteChunk> copy_done_locked(uint32_t region, uint32_t offset);
-  uint32_t copied_upto_locked(const Region& r) const;
+  std::vector<WriteChunk> copy_done_locked(uint32_t region, uint32_t offset) KVTIER_REQUIRES(mu_);
+  uint32_t copied_upto_locked(const Region& r) const KVTIER_REQUIRES(mu_);
   void submit_writes(std::vector<WriteChunk> chunks);
   void on_write_done(uint32_t region, Status st);
-  void forget_region_locked(uint32_t region);
+  void forget_region_locked(uint32_t region) KVTIER_REQUIRES(mu_);
   void register_buffers();
 
   Status verify_entry(const std::byte* entry, const IndexRecord& rec, const Key128& ns_digest,
@@ -177,7 +178,7 @@ class DiskTier {
   void read_direct(const IndexRecord& rec, const Key128& ns_digest,
                    std::shared_ptr<ReadTarget> target, int pin);
   // Raises the superblock's generation floor above next_seq_ (mu_ held).
-  Status reserve_seq_locked();
+  Status reserve_seq_locked() KVTIER_REQUIRES(mu_);
 
   std::shared_ptr<blk::BlockDevice> dev_;
   DiskTierOptions opts_;
@@ -189,17 +190,17 @@ class DiskTier {
   uint32_t data_first_page_ = 0;
   uint64_t max_entry_bytes_ = 0;
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
-  std::vector<Region> regions_;            // guarded by mu_
-  std::deque<uint32_t> fifo_;              // sealed/flushing regions, oldest first
-  std::vector<uint32_t> free_regions_;     // guarded by mu_
+  std::vector<Region> regions_ KVTIER_GUARDED_BY(mu_);
+  std::deque<uint32_t> fifo_ KVTIER_GUARDED_BY(mu_);  // sealed/flushing regions, oldest first
+  std::vector<uint32_t> free_regions_ KVTIER_GUARDED_BY(mu_);
   std::vector<AlignedBuffer> write_bufs_;  // fixed after init
-  std::vector<int> free_write_bufs_;       // guarded by mu_
-  int64_t open_ = -1;                      // open region, guarded by mu_
-  bool opening_ = false;                   // a thread is opening a region
-  uint64_t next_seq_ = 1;                  // guarded by mu_
-  uint64_t writes_in_flight_ = 0;          // guarded by mu_
+  std::vector<int> free_write_bufs_ KVTIER_GUARDED_BY(mu_);
+  int64_t open_ KVTIER_GUARDED_BY(mu_) = -1;     // open region
+  bool opening_ KVTIER_GUARDED_BY(mu_) = false;  // a thread is opening a region
+  uint64_t next_seq_ KVTIER_GUARDED_BY(mu_) = 1;
+  uint64_t writes_in_flight_ KVTIER_GUARDED_BY(mu_) = 0;
 
   // Staging buffers for device reads and the counters; shared with in-flight
   // read completions, which may outlive a tier shut down under a hung device.

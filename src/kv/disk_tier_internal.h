@@ -29,18 +29,18 @@ class StagePool {
     }
   }
   int acquire(uint64_t deadline_ns) {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     while (free_.empty()) {
       uint64_t now = now_ns();
       if (now >= deadline_ns) return -1;
-      cv_.wait_for(lock, std::chrono::nanoseconds(deadline_ns - now));
+      lock.wait_for(cv_, std::chrono::nanoseconds(deadline_ns - now));
     }
     int i = free_.back();
     free_.pop_back();
     return i;
   }
   void release(int i) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     free_.push_back(i);
     cv_.notify_one();
   }
@@ -48,10 +48,10 @@ class StagePool {
   size_t size() const { return bufs_.size(); }
 
  private:
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  std::vector<AlignedBuffer> bufs_;
-  std::vector<int> free_;
+  std::vector<AlignedBuffer> bufs_;  // fixed after construction
+  std::vector<int> free_ KVTIER_GUARDED_BY(mu_);
 };
 
 struct DiskTier::Region {

@@ -30,7 +30,7 @@ void DiskTier::read_async(const IndexRecord& rec, std::shared_ptr<ReadTarget> ta
   const uint64_t eb = entry_bytes(rec.length);
   const uint64_t volume_id = sb_.volume_id;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     const Region& r = regions_[region];
     const bool in_buffer = r.buf >= 0 && off_in_region + eb <= r.fill;
     const bool own_copy_done =

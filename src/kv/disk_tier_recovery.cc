@@ -73,6 +73,9 @@ Status DiskTier::init() {
   regions = std::min<uint64_t>(regions, (max_pages - data_first_page_) / pages_per_region_);
   region_count_ = static_cast<uint32_t>(regions);
 
+  // Nothing else sees the tier yet; holding mu_ from here on lets the
+  // thread-safety check see every region access as guarded.
+  MutexLock lock(mu_);
   regions_.resize(region_count_);
   for (unsigned i = 0; i < opts_.write_buffers; ++i) {
     write_bufs_.emplace_back(opts_.region_bytes, kDirectIoAlignment, /*zero=*/true);
@@ -171,8 +174,9 @@ void DiskTier::rebuild_fifo() {
       free_regions_.push_back(r);
     }
   }
-  std::sort(sealed.begin(), sealed.end(),
-            [&](uint32_t a, uint32_t b) { return regions_[a].seq < regions_[b].seq; });
+  std::sort(sealed.begin(), sealed.end(), [&](uint32_t a, uint32_t b) KVTIER_REQUIRES(mu_) {
+    return regions_[a].seq < regions_[b].seq;
+  });
   fifo_.assign(sealed.begin(), sealed.end());
   std::reverse(free_regions_.begin(), free_regions_.end());  // hand out low regions first
 }

@@ -18,20 +18,20 @@ namespace kvtier::kv {
 
 using namespace disk_internal;  // NOLINT: this tier's own internals
 
-bool DiskTier::wait_locked(std::unique_lock<std::mutex>& lock, uint64_t deadline_ns) {
+bool DiskTier::wait_locked(uint64_t deadline_ns) {
   const uint64_t now = now_ns();
   if (now >= deadline_ns) {
     c_->write_timeouts.fetch_add(1, kRelaxed);
     return false;
   }
-  cv_.wait_for(lock, std::chrono::nanoseconds(deadline_ns - now));
+  mu_.wait_for(cv_, std::chrono::nanoseconds(deadline_ns - now));
   return true;
 }
 
 uint64_t DiskTier::write_deadline() const { return now_ns() + opts_.write_timeout_ms * 1000000ull; }
 
 bool DiskTier::reclaim_oldest() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (fifo_.empty()) return false;
   const uint32_t id = fifo_.front();
   Region& victim = regions_[id];
@@ -56,8 +56,8 @@ bool DiskTier::reclaim_oldest() {
 
 Status DiskTier::append_tombstone(const Key128& key, uint16_t ns) {
   const Key128 ns_digest = namespaces_->digest(ns);
-  std::unique_lock lock(mu_);
-  KVTIER_RETURN_IF_ERROR(make_room_locked(lock, entry_bytes(0), write_deadline()));
+  MutexLock lock(mu_);
+  KVTIER_RETURN_IF_ERROR(make_room_locked(entry_bytes(0), write_deadline()));
   const Reservation res = reserve_locked(key, ns_digest, 0, 0, kEntryTombstone);
   write_entry(res.dst, res.header, ByteView());
   auto chunks = copy_done_locked(res.region, res.offset);
@@ -74,8 +74,8 @@ Result<uint32_t> DiskTier::append(const Key128& key, uint16_t ns, ByteView paylo
                                                 payload.size(), opts_.max_payload_bytes));
   }
   const Key128 ns_digest = namespaces_->digest(ns);
-  std::unique_lock lock(mu_);
-  KVTIER_RETURN_IF_ERROR(make_room_locked(lock, entry_bytes(payload.size()), write_deadline()));
+  MutexLock lock(mu_);
+  KVTIER_RETURN_IF_ERROR(make_room_locked(entry_bytes(payload.size()), write_deadline()));
   // Reserve the space under mu_, copy outside it (the copy of a 1.5 MiB block
   // is most of an append's time; other appenders and readers go on).
   const Reservation res = reserve_locked(key, ns_digest, payload.size(), payload_crc);
@@ -157,29 +157,28 @@ std::vector<DiskTier::WriteChunk> DiskTier::copy_done_locked(uint32_t region, ui
   return chunks;
 }
 
-Status DiskTier::make_room_locked(std::unique_lock<std::mutex>& lock, uint64_t need,
-                                  uint64_t deadline_ns) {
+Status DiskTier::make_room_locked(uint64_t need, uint64_t deadline_ns) {
   const Status too_slow = Status::timeout(
       "disk tier: the device has not finished earlier writes in time; write refused");
   for (;;) {
     if (open_ >= 0 && regions_[open_].fill + need <= opts_.region_bytes) return Status::ok_status();
     if (opening_) {
-      if (!wait_locked(lock, deadline_ns)) return too_slow;
+      if (!wait_locked(deadline_ns)) return too_slow;
       continue;
     }
     if (open_ >= 0) {
       if (!regions_[open_].copying.empty()) {  // its last appends are still copying in
-        if (!wait_locked(lock, deadline_ns)) return too_slow;
+        if (!wait_locked(deadline_ns)) return too_slow;
         continue;
       }
       auto chunks = seal_open_locked();
-      lock.unlock();
+      mu_.unlock();
       submit_writes(std::move(chunks));
-      lock.lock();
+      mu_.lock();
       continue;
     }
     opening_ = true;
-    Status st = open_region_locked(lock, deadline_ns);
+    Status st = open_region_locked(deadline_ns);
     opening_ = false;
     cv_.notify_all();
     if (!st.ok()) return st;
@@ -231,7 +230,7 @@ void DiskTier::submit_writes(std::vector<WriteChunk> chunks) {
 }
 
 void DiskTier::on_write_done(uint32_t region, Status st) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Region& r = regions_[region];
   if (!st.ok()) {
     c_->write_errors.fetch_add(1, kRelaxed);
@@ -266,13 +265,13 @@ void DiskTier::forget_region_locked(uint32_t region) {
   r.keys.clear();
 }
 
-Status DiskTier::open_region_locked(std::unique_lock<std::mutex>& lock, uint64_t deadline_ns) {
+Status DiskTier::open_region_locked(uint64_t deadline_ns) {
   // Every write buffer still flushing (a slow or hung device): wait, but not
   // past the caller's deadline.
   const Status too_slow = Status::timeout(
       "disk tier: no write buffer came free in time (device writes pending); write refused");
   while (free_write_bufs_.empty()) {
-    if (!wait_locked(lock, deadline_ns)) return too_slow;
+    if (!wait_locked(deadline_ns)) return too_slow;
   }
 
   struct Hot {
@@ -294,7 +293,7 @@ Status DiskTier::open_region_locked(std::unique_lock<std::mutex>& lock, uint64_t
     // Wait for the oldest region's writes; look again afterwards, since
     // reclaim_oldest() may have taken it meanwhile.
     if (regions_[id].state == Region::kFlushing) {
-      if (!wait_locked(lock, deadline_ns)) return too_slow;
+      if (!wait_locked(deadline_ns)) return too_slow;
       continue;
     }
     fifo_.pop_front();
@@ -326,7 +325,7 @@ Status DiskTier::open_region_locked(std::unique_lock<std::mutex>& lock, uint64_t
     c_->regions_reclaimed.fetch_add(1, kRelaxed);
     if (!hot.empty()) {
       // Read the hot entries back without holding mu_ (completions need it).
-      lock.unlock();
+      mu_.unlock();
       for (Hot& h : hot) {
         h.data = AlignedBuffer(entry_bytes(h.rec.length), kDirectIoAlignment);
         uint64_t off = static_cast<uint64_t>(h.rec.disk_page) * kPageBytes;
@@ -335,7 +334,7 @@ Status DiskTier::open_region_locked(std::unique_lock<std::mutex>& lock, uint64_t
                            h.rec.length)
                    .ok();
       }
-      lock.lock();
+      mu_.lock();
     }
   }
   Status reserved = reserve_seq_locked();

@@ -51,6 +51,19 @@ Status too_long(const char* field) {
 
 }  // namespace
 
+Namespace Namespace::of_model(std::string model_id, std::string model_revision,
+                              std::string tokenizer_id, uint32_t tokens_per_block,
+                              std::string kv_dtype, std::string kv_layout) {
+  Namespace ns;
+  ns.model_id = std::move(model_id);
+  ns.model_revision = std::move(model_revision);
+  ns.tokenizer_id = std::move(tokenizer_id);
+  ns.tokens_per_block = tokens_per_block;
+  ns.kv_dtype = std::move(kv_dtype);
+  ns.kv_layout = std::move(kv_layout);
+  return ns;
+}
+
 Status Namespace::validate() const {
   const std::pair<const char*, const std::string*> required[] = {
       {"model_id", &model_id}, {"tokenizer_id", &tokenizer_id}, {"kv_dtype", &kv_dtype}};

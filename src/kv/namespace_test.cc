@@ -14,16 +14,7 @@ namespace kvtier::kv {
 namespace {
 
 // N1 of docs/block-keys.md.
-Namespace n1() {
-  Namespace n;
-  n.model_id = "llama-3-8b";
-  n.model_revision = "r1";
-  n.tokenizer_id = "llama3-tok";
-  n.kv_dtype = "bf16";
-  n.kv_layout = "NHD";
-  n.tokens_per_block = 4;
-  return n;
-}
+Namespace n1() { return Namespace::of_model("llama-3-8b", "r1", "llama3-tok", 4); }
 Namespace n2() {
   Namespace n = n1();
   n.scheme = KeyScheme::kSha256;

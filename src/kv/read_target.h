@@ -17,10 +17,10 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <mutex>
 
 #include "common/buffer.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace kvtier::kv {
@@ -44,7 +44,7 @@ class ReadTarget {
   // device at the deadline (false: it could not, then the waiter waits).
   void begin_direct(std::shared_ptr<std::atomic<int64_t>> overdue,
                     std::function<bool()> revoke = nullptr) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     direct_ = true;
     overdue_ = std::move(overdue);
     revoke_ = std::move(revoke);
@@ -55,8 +55,8 @@ class ReadTarget {
   // false once the waiter took it back (then leave it alone and call
   // device_done()).
   bool claim_direct() {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return !revoking_; });
+    MutexLock lock(mu_);
+    lock.wait(cv_, [&]() KVTIER_REQUIRES(mu_) { return !revoking_; });
     if (revoked_) return false;
     claimed_ = true;
     return true;
@@ -64,7 +64,7 @@ class ReadTarget {
 
   // A revoked direct read's device has answered (its overdue count drops).
   void device_done() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (overdue_) overdue_->fetch_sub(1, std::memory_order_acq_rel);
     overdue_ = nullptr;
   }
@@ -72,7 +72,7 @@ class ReadTarget {
   // Completion of a direct read after claim_direct(): the payload is already
   // in out() (and was verified there when `st` is OK).
   void complete_direct(Status st, uint32_t payload_crc) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (done_) return;
     payload_crc_ = payload_crc;
     status_ = std::move(st);
@@ -83,7 +83,7 @@ class ReadTarget {
   // Completion side. `payload` is copied into the caller's buffer when `st`
   // is OK and the waiter is still there.
   void complete(Status st, ByteView payload, uint32_t payload_crc = 0) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (abandoned_ || done_) return;
     if (st.ok()) std::memcpy(out_.data(), payload.data(), payload.size());
     payload_crc_ = payload_crc;
@@ -102,7 +102,7 @@ class ReadTarget {
   void complete_deferred(Status st, ByteView payload, uint32_t payload_crc,
                          std::function<void()> release) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (!abandoned_ && !done_) {
         status_ = std::move(st);
         payload_crc_ = payload_crc;
@@ -124,7 +124,7 @@ class ReadTarget {
   uint32_t payload_crc() const { return payload_crc_; }
 
   Status wait_until(uint64_t deadline_ns) {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     while (!done_) {
       uint64_t now = now_ns();
       if (now >= deadline_ns) {
@@ -132,9 +132,11 @@ class ReadTarget {
           if (overdue_) overdue_->fetch_add(1, std::memory_order_acq_rel);
           if (revoke_ && !claimed_) {
             // Take the pages back; the completion waits meanwhile (claim_direct).
+            // A copy, called unlocked (a deadline's rare path).
             revoking_ = true;
+            const std::function<bool()> revoke = revoke_;
             lock.unlock();
-            const bool revoked = revoke_();
+            const bool revoked = revoke();
             lock.lock();
             revoking_ = false;
             revoked_ = revoked;
@@ -143,7 +145,7 @@ class ReadTarget {
             if (revoked) return Status::timeout("disk read did not complete in time");
           }
           // The device still owns out(): wait for it, then report the timeout.
-          cv_.wait(lock, [&] { return done_; });
+          lock.wait(cv_, [&]() KVTIER_REQUIRES(mu_) { return done_; });
           if (overdue_) overdue_->fetch_sub(1, std::memory_order_acq_rel);
           overdue_ = nullptr;
           return Status::timeout("disk read did not complete in time");
@@ -151,7 +153,7 @@ class ReadTarget {
         abandoned_ = true;
         return Status::timeout("disk read did not complete in time");
       }
-      cv_.wait_for(lock, std::chrono::nanoseconds(deadline_ns - now));
+      lock.wait_for(cv_, std::chrono::nanoseconds(deadline_ns - now));
     }
     if (release_) {
       // Deferred completion: copy out here, then hand the buffer back.
@@ -164,22 +166,24 @@ class ReadTarget {
   }
 
  private:
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
   MutableByteView out_;
   bool allow_direct_ = true;
-  bool done_ = false;                              // guarded by mu_
-  bool abandoned_ = false;                         // guarded by mu_
-  bool direct_ = false;                            // guarded by mu_: the device writes out_ itself
-  std::function<bool()> revoke_;                   // guarded by mu_: takes out_ back (direct)
-  bool revoking_ = false;                          // guarded by mu_: revoke_ is running
-  bool revoked_ = false;                           // guarded by mu_: out_ is the caller's again
-  bool claimed_ = false;                           // guarded by mu_: the completion is using out_
-  std::shared_ptr<std::atomic<int64_t>> overdue_;  // direct reads past deadline (the tier's)
-  Status status_;                                  // guarded by mu_
-  uint32_t payload_crc_ = 0;                       // written before done_, read after
-  ByteView pending_payload_;                       // deferred completion: where the payload waits
-  std::function<void()> release_;                  // deferred completion: frees that buffer
+  bool done_ KVTIER_GUARDED_BY(mu_) = false;
+  bool abandoned_ KVTIER_GUARDED_BY(mu_) = false;
+  bool direct_ KVTIER_GUARDED_BY(mu_) = false;           // the device writes out_ itself
+  std::function<bool()> revoke_ KVTIER_GUARDED_BY(mu_);  // takes out_ back (direct)
+  bool revoking_ KVTIER_GUARDED_BY(mu_) = false;         // revoke_ is running
+  bool revoked_ KVTIER_GUARDED_BY(mu_) = false;          // out_ is the caller's again
+  bool claimed_ KVTIER_GUARDED_BY(mu_) = false;          // the completion is using out_
+  // Direct reads past their deadline (the tier's count).
+  std::shared_ptr<std::atomic<int64_t>> overdue_ KVTIER_GUARDED_BY(mu_);
+  Status status_ KVTIER_GUARDED_BY(mu_);
+  uint32_t payload_crc_ = 0;  // written before done_, read after
+  // Deferred completion: where the payload waits, and what frees that buffer.
+  ByteView pending_payload_ KVTIER_GUARDED_BY(mu_);
+  std::function<void()> release_ KVTIER_GUARDED_BY(mu_);
 };
 
 }  // namespace kvtier::kv

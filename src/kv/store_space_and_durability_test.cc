@@ -9,6 +9,7 @@
 #include "common/clock.h"
 #include "kv/store.h"
 #include "kv/test_payload.h"
+#include "kv/testing/small_store.h"
 
 namespace kvtier::kv {
 namespace {
@@ -16,12 +17,7 @@ namespace {
 constexpr uint32_t kObj = 64 << 10;
 
 StoreOptions review_options(std::shared_ptr<blk::BlockDevice> volume, uint64_t ram_slots) {
-  StoreOptions o;
-  o.ram_bytes = ram_slots * kObj;
-  o.max_object_bytes = kObj;
-  o.volume = std::move(volume);
-  o.disk.region_bytes = 1 << 20;
-  o.disk.flush_chunk_bytes = 256 << 10;
+  StoreOptions o = testing::small_store_options(std::move(volume), ram_slots, kObj);
   o.disk.read_depth = 4;
   o.io_timeout_ms = 1000;
   return o;
@@ -30,10 +26,7 @@ StoreOptions review_options(std::shared_ptr<blk::BlockDevice> volume, uint64_t r
 struct Opened {
   std::unique_ptr<Store> store;
   uint16_t ns = 0;
-  explicit Opened(const StoreOptions& o) {
-    auto s = Store::open(o);
-    EXPECT_TRUE(s.ok()) << s.status().to_string();
-    store = std::move(s).value();
+  explicit Opened(const StoreOptions& o) : store(testing::open_store(o)) {
     ns = *store->register_namespace(test_namespace("review-model"));
   }
   // Block i with `len` bytes; `variant` changes the content for the same key.

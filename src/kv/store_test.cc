@@ -8,6 +8,7 @@
 #include "blk/dev/mem_device.h"
 #include "blk/stack/faulty_device.h"
 #include "kv/test_payload.h"
+#include "kv/testing/small_store.h"
 
 namespace kvtier::kv {
 namespace {
@@ -15,15 +16,7 @@ namespace {
 constexpr uint32_t kObj = 64 << 10;  // small objects keep the tests fast
 
 StoreOptions small_options(std::shared_ptr<blk::BlockDevice> volume, uint64_t ram_slots = 16) {
-  StoreOptions o;
-  o.ram_bytes = ram_slots * kObj;
-  o.max_object_bytes = kObj;
-  o.volume = std::move(volume);
-  o.disk.region_bytes = 1 << 20;
-  o.disk.flush_chunk_bytes = 256 << 10;
-  o.disk.read_depth = 8;
-  o.io_timeout_ms = 500;
-  return o;
+  return testing::small_store_options(std::move(volume), ram_slots, kObj);
 }
 
 struct Fixture {
@@ -31,10 +24,7 @@ struct Fixture {
   uint16_t ns = 0;
   AlignedBuffer buf{kObj};
 
-  explicit Fixture(const StoreOptions& o) {
-    auto s = Store::open(o);
-    EXPECT_TRUE(s.ok()) << s.status().to_string();
-    store = std::move(s).value();
+  explicit Fixture(const StoreOptions& o) : store(testing::open_store(o)) {
     ns = *store->register_namespace(test_namespace());
   }
   PutResult put(uint64_t i, uint32_t len = kObj) {

@@ -40,13 +40,7 @@ inline Key128 test_key(uint64_t i) {
 // A namespace for tests: BF16 NHD KV of `model` at revision r1 ("tok"
 // tokenizer). Tests that need two namespaces pass two model names.
 inline Namespace test_namespace(const std::string& model = "test-model") {
-  Namespace ns;
-  ns.model_id = model;
-  ns.model_revision = "r1";
-  ns.tokenizer_id = "tok";
-  ns.kv_dtype = "bf16";
-  ns.kv_layout = "NHD";
-  return ns;
+  return Namespace::of_model(model, "r1", "tok");
 }
 
 }  // namespace kvtier::kv

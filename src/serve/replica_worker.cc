@@ -10,7 +10,7 @@ ReplicaWorker::ReplicaWorker() : thread_([this] { loop(); }) {}
 
 ReplicaWorker::~ReplicaWorker() {
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     stopping_ = true;
   }
   cv_.notify_one();
@@ -19,7 +19,7 @@ ReplicaWorker::~ReplicaWorker() {
 
 void ReplicaWorker::post(std::function<void()> job) {
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     jobs_.push_back(std::move(job));
   }
   cv_.notify_one();
@@ -29,8 +29,8 @@ void ReplicaWorker::loop() {
   for (;;) {
     std::function<void()> job;
     {
-      std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] { return stopping_ || !jobs_.empty(); });
+      MutexLock lk(mu_);
+      lk.wait(cv_, [&]() KVTIER_REQUIRES(mu_) { return stopping_ || !jobs_.empty(); });
       if (jobs_.empty()) return;  // stopping, and nothing left
       job = std::move(jobs_.front());
       jobs_.pop_front();

@@ -19,12 +19,12 @@
 #include <functional>
 #include <future>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "common/mutex.h"
 namespace kvtier::serve {
 
 class ReplicaWorker {
@@ -73,10 +73,10 @@ class ReplicaWorker {
   static uint64_t clock_ns();
   void record(uint64_t start_ns) { busy_.emplace_back(start_ns, clock_ns()); }
 
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;           // guarded by mu_
-  bool stopping_ = false;                            // guarded by mu_
+  std::deque<std::function<void()>> jobs_ KVTIER_GUARDED_BY(mu_);
+  bool stopping_ KVTIER_GUARDED_BY(mu_) = false;
   std::vector<std::pair<uint64_t, uint64_t>> busy_;  // written by the worker thread
   std::thread thread_;
 };

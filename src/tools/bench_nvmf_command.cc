@@ -23,18 +23,11 @@ void add_nvmf_bench(CLI::App& app) {
       "kvtier NVMe/TCP host -> kvtier target over loopback on a RAM namespace: 128 KiB "
       "sequential read/write at --qd vs a single-stream iperf3 run in the same command "
       "(bar 0.7), 4 KiB random-read IOPS, CPU seconds per GB");
-  c->add_option("--seconds", cli->opts.seconds, "Length of each measurement")
-      ->capture_default_str()
-      ->check(CLI::Range(0.5, 600.0));
-  c->add_option("--ram-mib", cli->opts.ram_mib, "Size of the RAM namespace")
-      ->capture_default_str()
-      ->check(CLI::Range(64u, 65536u));
-  c->add_option("--qd", cli->opts.queue_depth, "Requests in flight")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 256u));
-  c->add_option("--io-queues", cli->opts.io_queues, "NVMe I/O queues (TCP connections)")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 64u));
+  add_ranged_option(c, "--seconds", cli->opts.seconds, "Length of each measurement", 0.5, 600.0);
+  add_ranged_option(c, "--ram-mib", cli->opts.ram_mib, "Size of the RAM namespace", 64u, 65536u);
+  add_ranged_option(c, "--qd", cli->opts.queue_depth, "Requests in flight", 1u, 256u);
+  add_ranged_option(c, "--io-queues", cli->opts.io_queues, "NVMe I/O queues (TCP connections)", 1u,
+                    64u);
   c->add_option("--iperf3", cli->opts.iperf3, "iperf3 binary")->capture_default_str();
   c->add_flag("--json", cli->json, "Print one JSON object (ratios under keys ending in _ratio)");
   c->callback([cli] {

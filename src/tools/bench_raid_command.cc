@@ -36,26 +36,18 @@ void add_raid_bench_command(CLI::App& app) {
   raid->add_option("--dir", cli->opts.dir,
                    "Folder for the member files (created; must support O_DIRECT, not tmpfs)")
       ->capture_default_str();
-  raid->add_option("--member-mib", cli->member_mib, "Size of each member file in MiB")
-      ->capture_default_str()
-      ->check(CLI::Range(16.0, 1048576.0));
-  raid->add_option("--strip-kib", cli->strip_kib,
-                   "Strip size in KiB; also the member request size given to fio")
-      ->capture_default_str()
-      ->check(CLI::Range(4u, 16384u));
-  raid->add_option("--qd", cli->opts.queue_depth, "Requests in flight (arrays and fio alike)")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 256u));
-  raid->add_option("--raid5-members", cli->opts.raid5_members, "Members of the RAID5 array")
-      ->capture_default_str()
-      ->check(CLI::Range(3u, 16u));
-  raid->add_option("--seconds", cli->opts.seconds, "Length of each timed measurement")
-      ->capture_default_str()
-      ->check(CLI::Range(0.5, 600.0));
+  add_ranged_option(raid, "--member-mib", cli->member_mib, "Size of each member file in MiB", 16.0,
+                    1048576.0);
+  add_ranged_option(raid, "--strip-kib", cli->strip_kib,
+                    "Strip size in KiB; also the member request size given to fio", 4u, 16384u);
+  add_ranged_option(raid, "--qd", cli->opts.queue_depth,
+                    "Requests in flight (arrays and fio alike)", 1u, 256u);
+  add_ranged_option(raid, "--raid5-members", cli->opts.raid5_members, "Members of the RAID5 array",
+                    3u, 16u);
+  add_ranged_option(raid, "--seconds", cli->opts.seconds, "Length of each timed measurement", 0.5,
+                    600.0);
   raid->add_flag("--keep-files", cli->opts.keep_files, "Do not delete the member files");
-  raid->add_flag("--json", cli->json,
-                 "Print one JSON object (every ratio under a key ending in _ratio) instead of a "
-                 "table");
+  add_ratio_json_flag(raid, cli->json);
   raid->callback([cli] { std::exit(run_raid_bench_cli(*cli)); });
 }
 

@@ -70,24 +70,18 @@ void add_service_bench_command(CLI::App& app) {
       "same-host shared-memory path vs memcpy, match_prefix of 8192 keys (p99), and many "
       "clients doing mixed put/get/match (errors, server RSS, p99 per op). Exits 1 when any "
       "call failed or returned wrong bytes.");
-  svc->add_option("--object-kib", cli->object_kib, "Object size of the get measurements, KiB")
-      ->capture_default_str()
-      ->check(CLI::Range(4.0, 65536.0));
-  svc->add_option("--seconds", cli->opts.seconds, "Length of each throughput measurement")
-      ->capture_default_str()
-      ->check(CLI::Range(0.5, 600.0));
-  svc->add_option("--tcp-depth", cli->opts.tcp_depth, "TCP gets in flight on the one connection")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 64u));
-  svc->add_option("--match-keys", cli->opts.match_keys, "Keys per match_prefix call")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 65536u));
-  svc->add_option("--clients", cli->opts.clients, "Concurrent clients of the mixed load")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 4096u));
-  svc->add_option("--mixed-seconds", cli->opts.mixed_seconds, "Length of the mixed load")
-      ->capture_default_str()
-      ->check(CLI::Range(1.0, 86400.0));
+  add_ranged_option(svc, "--object-kib", cli->object_kib,
+                    "Object size of the get measurements, KiB", 4.0, 65536.0);
+  add_ranged_option(svc, "--seconds", cli->opts.seconds, "Length of each throughput measurement",
+                    0.5, 600.0);
+  add_ranged_option(svc, "--tcp-depth", cli->opts.tcp_depth,
+                    "TCP gets in flight on the one connection", 1u, 64u);
+  add_ranged_option(svc, "--match-keys", cli->opts.match_keys, "Keys per match_prefix call", 1u,
+                    65536u);
+  add_ranged_option(svc, "--clients", cli->opts.clients, "Concurrent clients of the mixed load", 1u,
+                    4096u);
+  add_ranged_option(svc, "--mixed-seconds", cli->opts.mixed_seconds, "Length of the mixed load",
+                    1.0, 86400.0);
   svc->add_option("--iperf3", cli->opts.iperf3, "iperf3 binary")->capture_default_str();
   svc->add_option("--work-dir", cli->opts.work_dir, "Where the server's config and log go")
       ->capture_default_str();
@@ -95,9 +89,7 @@ void add_service_bench_command(CLI::App& app) {
                 "Short form for CI: 1 s measurements, 16 clients for 3 s, 100 match calls");
   svc->add_flag("--in-process", cli->in_process,
                 "Run the server inside this process instead of as a `kvtier store serve` process");
-  svc->add_flag("--json", cli->json,
-                "Print one JSON object (every ratio under a key ending in _ratio) instead of a "
-                "table");
+  add_ratio_json_flag(svc, cli->json);
   svc->callback([cli] { std::exit(run_service_bench_cli(*cli)); });
 }
 

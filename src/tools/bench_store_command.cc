@@ -43,28 +43,19 @@ void add_store_bench_command(CLI::App& app) {
                    "File to use as the disk-tier volume (created; must be on a filesystem that "
                    "supports O_DIRECT, not tmpfs)")
       ->capture_default_str();
-  store->add_option("--volume-gib", cli->volume_gib, "Size of the volume file in GiB")
-      ->capture_default_str()
-      ->check(CLI::Range(1.0, 4096.0));
-  store
-      ->add_option("--object-kib", cli->object_kib,
-                   "Object (KV block) size in KiB; 1536 = 16 tokens x 96 KiB/token")
-      ->capture_default_str()
-      ->check(CLI::Range(4u, 65536u));
-  store->add_option("--qd", cli->opts.queue_depth, "Disk reads in flight, for kvtier and fio alike")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 256u));
-  store->add_option("--seconds", cli->opts.seconds, "Length of each timed measurement")
-      ->capture_default_str()
-      ->check(CLI::Range(0.5, 600.0));
-  store->add_option("--ram-mib", cli->ram_pool_mib, "RAM tier size for the RAM-get measurement")
-      ->capture_default_str()
-      ->check(CLI::Range(16.0, 65536.0));
+  add_ranged_option(store, "--volume-gib", cli->volume_gib, "Size of the volume file in GiB", 1.0,
+                    4096.0);
+  add_ranged_option(store, "--object-kib", cli->object_kib,
+                    "Object (KV block) size in KiB; 1536 = 16 tokens x 96 KiB/token", 4u, 65536u);
+  add_ranged_option(store, "--qd", cli->opts.queue_depth,
+                    "Disk reads in flight, for kvtier and fio alike", 1u, 256u);
+  add_ranged_option(store, "--seconds", cli->opts.seconds, "Length of each timed measurement", 0.5,
+                    600.0);
+  add_ranged_option(store, "--ram-mib", cli->ram_pool_mib,
+                    "RAM tier size for the RAM-get measurement", 16.0, 65536.0);
   store->add_flag("--keep-volume", cli->opts.keep_volume,
                   "Do not delete the volume file at the end");
-  store->add_flag(
-      "--json", cli->json,
-      "Print one JSON object (every ratio under a key ending in _ratio) instead of a table");
+  add_ratio_json_flag(store, cli->json);
   store->callback([cli] { std::exit(run_store_bench_cli(*cli)); });
 }
 

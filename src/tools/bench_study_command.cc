@@ -227,10 +227,8 @@ void add_study_bench_command(CLI::App& app) {
   cmd->add_option("--protocol", cli->protocol, "short, long, both, or fleet")
       ->capture_default_str();
   cmd->add_option("--cases", cli->cases, "Cases to run, letters A-F")->capture_default_str();
-  cmd->add_option("--sessions", cli->sessions,
-                  "Sessions of the built-in synthetic agentic workload")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 100000u));
+  add_ranged_option(cmd, "--sessions", cli->sessions,
+                    "Sessions of the built-in synthetic agentic workload", 1u, 100000u);
   cmd->add_option("--trace", cli->trace,
                   "Replay a real trace instead: mooncake:FILE (FAST'25 JSONL) or agent:DIR "
                   "(kv-cache-tester session JSON)");
@@ -244,15 +242,10 @@ void add_study_bench_command(CLI::App& app) {
   cmd->add_flag("--fleet-steady", cli->fleet_steady, "Fleet: steady state instead of batch");
   cmd->add_option("--fleet-pause", cli->fleet_pause_s, "Fleet: pause between turns, seconds")
       ->capture_default_str();
-  cmd->add_option("--prefill", cli->run.study.prefill_replicas, "Prefill replicas")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 64u));
-  cmd->add_option("--decode", cli->run.study.decode_replicas, "Decode replicas")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 64u));
-  cmd->add_option("--max-in-flight", cli->run.study.max_in_flight, "Requests in flight at most")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 4096u));
+  add_ranged_option(cmd, "--prefill", cli->run.study.prefill_replicas, "Prefill replicas", 1u, 64u);
+  add_ranged_option(cmd, "--decode", cli->run.study.decode_replicas, "Decode replicas", 1u, 64u);
+  add_ranged_option(cmd, "--max-in-flight", cli->run.study.max_in_flight,
+                    "Requests in flight at most", 1u, 4096u);
   cmd->add_option("--spill-margin", cli->run.study.spill_margin_tokens,
                   "Soft-sticky routing: queued tokens by which the preferred prefill may trail "
                   "the best before a turn spills")

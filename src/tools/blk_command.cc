@@ -225,6 +225,27 @@ int print_reply(const BlkCli& c, const grpc::Status& st, const v1::Volume& v) {
   return 0;
 }
 
+// One unary call to the daemon under the command's --timeout.
+template <typename Method, typename Request, typename Reply>
+grpc::Status call(const BlkCli& c, Method method, const Request& request, Reply* reply) {
+  grpc::ClientContext ctx;
+  set_deadline(ctx, c);
+  return (stub(c).get()->*method)(&ctx, request, reply);
+}
+
+// Calls a method that answers with a volume (or an export), prints the
+// answer or the failure, and exits with the command's status.
+template <typename Method, typename Request>
+[[noreturn]] void exit_with_volume(const BlkCli& c, Method method, const Request& request) {
+  v1::Volume v;
+  std::exit(print_reply(c, call(c, method, request, &v), v));
+}
+template <typename Method, typename Request>
+[[noreturn]] void exit_with_export(const BlkCli& c, Method method, const Request& request) {
+  v1::Export e;
+  std::exit(print_export(c, call(c, method, request, &e), e));
+}
+
 uint64_t mib(double v) { return static_cast<uint64_t>(v * (1 << 20)); }
 
 void add_common(CLI::App* cmd, BlkCli* c) {
@@ -241,14 +262,8 @@ void add_common(CLI::App* cmd, BlkCli* c) {
 
 void add_export_commands(CLI::App* blk, const std::shared_ptr<BlkCli>& c);
 
-void add_blk_commands(CLI::App& root) {
-  auto* blk = root.add_subcommand(
-      "blk",
-      "Manage kvtier-blockd (volumes, RAID arrays, partitions, QoS, NVMe/TCP exports) over its "
-      "gRPC API");
-  blk->require_subcommand(1);
-  auto c = std::make_shared<BlkCli>();
-
+// Volumes from a file, RAM or a remote NVMe/TCP namespace.
+void add_create_volume_commands(CLI::App* blk, const std::shared_ptr<BlkCli>& c) {
   auto* cf = blk->add_subcommand("create-file", "Add a file or block device as a volume");
   cf->add_option("name", c->name, "Volume name")->required();
   cf->add_option("--path", c->path, "File or block device")->required();
@@ -261,10 +276,7 @@ void add_blk_commands(CLI::App& root) {
     r.set_path(c->path);
     r.set_size_bytes(mib(c->size_mib));
     r.set_buffered(c->buffered);
-    grpc::ClientContext ctx;
-    set_deadline(ctx, *c);
-    v1::Volume v;
-    std::exit(print_reply(*c, stub(*c)->CreateFile(&ctx, r, &v), v));
+    exit_with_volume(*c, &v1::BlockDaemon::Stub::CreateFile, r);
   });
 
   auto* cm = blk->add_subcommand("create-mem", "Add a RAM volume (for tests; empty after restart)");
@@ -275,10 +287,7 @@ void add_blk_commands(CLI::App& root) {
     v1::CreateMemRequest r;
     r.set_name(c->name);
     r.set_size_bytes(mib(c->size_mib));
-    grpc::ClientContext ctx;
-    set_deadline(ctx, *c);
-    v1::Volume v;
-    std::exit(print_reply(*c, stub(*c)->CreateMem(&ctx, r, &v), v));
+    exit_with_volume(*c, &v1::BlockDaemon::Stub::CreateMem, r);
   });
 
   struct RemoteArgs {
@@ -294,16 +303,12 @@ void add_blk_commands(CLI::App& root) {
       "on a lost connection the Linux host's reconnect semantics)");
   crm->add_option("name", c->name, "Volume name")->required();
   crm->add_option("--address", ra->address, "Target IPv4 address")->capture_default_str();
-  crm->add_option("--port", ra->port, "Target port")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 65535));
+  add_ranged_option(crm, "--port", ra->port, "Target port", 1, 65535);
   crm->add_option("--nqn", ra->nqn, "Subsystem NQN")->required();
   crm->add_option("--hostnqn", ra->hostnqn, "Host NQN sent in Connect (the target's allow-list)")
       ->capture_default_str();
   crm->add_option("--nsid", ra->nsid, "Namespace ID")->capture_default_str();
-  crm->add_option("--io-queues", ra->io_queues, "I/O queues (TCP connections)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 64));
+  add_ranged_option(crm, "--io-queues", ra->io_queues, "I/O queues (TCP connections)", 1, 64);
   crm->add_flag("--hdgst", ra->hdgst, "Header digests (CRC32C)");
   crm->add_flag("--ddgst", ra->ddgst, "Data digests (CRC32C)");
   crm->add_option("--reconnect-delay", ra->reconnect_delay_s, "Seconds between reconnect attempts")
@@ -331,12 +336,12 @@ void add_blk_commands(CLI::App& root) {
     // 0 means "default" on the wire, so an explicit 0 s is sent as 1 ms.
     r.set_ctrl_loss_tmo_ms(ms(ra->ctrl_loss_tmo_s) == 0 ? 1 : ms(ra->ctrl_loss_tmo_s));
     r.set_fast_io_fail_tmo_ms(ms(ra->fast_io_fail_tmo_s) == 0 ? 1 : ms(ra->fast_io_fail_tmo_s));
-    grpc::ClientContext ctx;
-    set_deadline(ctx, *c);
-    v1::Volume v;
-    std::exit(print_reply(*c, stub(*c)->CreateRemote(&ctx, r, &v), v));
+    exit_with_volume(*c, &v1::BlockDaemon::Stub::CreateRemote, r);
   });
+}
 
+// RAID arrays and partitions built from volumes, and their members.
+void add_array_commands(CLI::App* blk, const std::shared_ptr<BlkCli>& c) {
   auto* ca = blk->add_subcommand("create-array", "Build a RAID array from unused volumes");
   ca->add_option("name", c->name, "Array name")->required();
   ca->add_option("--level", c->level, "raid0, raid1, raid5, raid6 or raid10")->required();
@@ -351,10 +356,7 @@ void add_blk_commands(CLI::App& root) {
     for (const auto& m : c->members) r.add_members(m);
     r.set_strip_bytes(static_cast<uint64_t>(c->strip_kib) * 1024);
     r.set_copies(c->copies);
-    grpc::ClientContext ctx;
-    set_deadline(ctx, *c);
-    v1::Volume v;
-    std::exit(print_reply(*c, stub(*c)->CreateArray(&ctx, r, &v), v));
+    exit_with_volume(*c, &v1::BlockDaemon::Stub::CreateArray, r);
   });
 
   auto* cp = blk->add_subcommand("create-partition", "Carve a byte range of a volume");
@@ -369,10 +371,7 @@ void add_blk_commands(CLI::App& root) {
     r.set_parent(c->parent);
     r.set_offset_bytes(mib(c->offset_mib));
     r.set_length_bytes(mib(c->length_mib));
-    grpc::ClientContext ctx;
-    set_deadline(ctx, *c);
-    v1::Volume v;
-    std::exit(print_reply(*c, stub(*c)->CreatePartition(&ctx, r, &v), v));
+    exit_with_volume(*c, &v1::BlockDaemon::Stub::CreatePartition, r);
   });
 
   auto* del = blk->add_subcommand("delete", "Remove a volume nothing is built on");
@@ -381,10 +380,7 @@ void add_blk_commands(CLI::App& root) {
   del->callback([c] {
     v1::VolumeRef r;
     r.set_name(c->name);
-    grpc::ClientContext ctx;
-    set_deadline(ctx, *c);
-    v1::Volume v;
-    std::exit(print_reply(*c, stub(*c)->Delete(&ctx, r, &v), v));
+    exit_with_volume(*c, &v1::BlockDaemon::Stub::Delete, r);
   });
 
   auto* rep =
@@ -398,10 +394,7 @@ void add_blk_commands(CLI::App& root) {
     r.set_array(c->name);
     r.set_slot(c->slot);
     r.set_device(c->device);
-    grpc::ClientContext ctx;
-    set_deadline(ctx, *c);
-    v1::Volume v;
-    std::exit(print_reply(*c, stub(*c)->ReplaceMember(&ctx, r, &v), v));
+    exit_with_volume(*c, &v1::BlockDaemon::Stub::ReplaceMember, r);
   });
 
   auto* fm = blk->add_subcommand("fail-member", "Take a member out of its array");
@@ -412,12 +405,12 @@ void add_blk_commands(CLI::App& root) {
     v1::FailMemberRequest r;
     r.set_array(c->name);
     r.set_slot(c->slot);
-    grpc::ClientContext ctx;
-    set_deadline(ctx, *c);
-    v1::Volume v;
-    std::exit(print_reply(*c, stub(*c)->FailMember(&ctx, r, &v), v));
+    exit_with_volume(*c, &v1::BlockDaemon::Stub::FailMember, r);
   });
+}
 
+// Limits, state and listings of volumes.
+void add_inspect_commands(CLI::App* blk, const std::shared_ptr<BlkCli>& c) {
   auto* qos = blk->add_subcommand("qos", "Set a volume's limits (0 or absent = unlimited)");
   qos->add_option("name", c->name, "Volume name")->required();
   qos->add_option("--read-iops", c->read_iops, "Read IOPS");
@@ -439,10 +432,7 @@ void add_blk_commands(CLI::App& root) {
     q->set_write_bps(static_cast<uint64_t>(c->write_mbps * 1e6));
     q->set_total_bps(static_cast<uint64_t>(c->total_mbps * 1e6));
     q->set_burst_seconds(c->burst_s);
-    grpc::ClientContext ctx;
-    set_deadline(ctx, *c);
-    v1::Volume v;
-    std::exit(print_reply(*c, stub(*c)->SetQos(&ctx, r, &v), v));
+    exit_with_volume(*c, &v1::BlockDaemon::Stub::SetQos, r);
   });
 
   auto* show = blk->add_subcommand("show", "State, members and statistics of one volume");
@@ -451,19 +441,14 @@ void add_blk_commands(CLI::App& root) {
   show->callback([c] {
     v1::VolumeRef r;
     r.set_name(c->name);
-    grpc::ClientContext ctx;
-    set_deadline(ctx, *c);
-    v1::Volume v;
-    std::exit(print_reply(*c, stub(*c)->Show(&ctx, r, &v), v));
+    exit_with_volume(*c, &v1::BlockDaemon::Stub::Show, r);
   });
 
   auto* list = blk->add_subcommand("list", "Every volume, in creation order");
   add_common(list, c.get());
   list->callback([c] {
-    grpc::ClientContext ctx;
-    set_deadline(ctx, *c);
     v1::ListReply rep;
-    auto st = stub(*c)->List(&ctx, v1::ListRequest(), &rep);
+    auto st = call(*c, &v1::BlockDaemon::Stub::List, v1::ListRequest(), &rep);
     if (!st.ok()) std::exit(fail(st));
     if (c->json) {
       std::cout << to_json(rep) << std::endl;
@@ -477,7 +462,10 @@ void add_blk_commands(CLI::App& root) {
     }
     std::exit(0);
   });
+}
 
+// Bytes in and out of a volume, for checks by hand.
+void add_data_commands(CLI::App* blk, const std::shared_ptr<BlkCli>& c) {
   auto* wr = blk->add_subcommand("write", "Write a file's bytes to a volume (at most 4 MiB)");
   wr->add_option("name", c->name, "Volume name")->required();
   wr->add_option("--offset", c->offset, "Byte offset (block aligned)")->capture_default_str();
@@ -495,10 +483,8 @@ void add_blk_commands(CLI::App& root) {
     r.set_name(c->name);
     r.set_offset(c->offset);
     r.set_data(ss.str());
-    grpc::ClientContext ctx;
-    set_deadline(ctx, *c);
     v1::WriteReply rep;
-    auto st = stub(*c)->Write(&ctx, r, &rep);
+    auto st = call(*c, &v1::BlockDaemon::Stub::Write, r, &rep);
     if (!st.ok()) std::exit(fail(st));
     if (c->json)
       std::cout << fmt::format("{{\"written_bytes\": {}}}", r.data().size()) << std::endl;
@@ -516,16 +502,26 @@ void add_blk_commands(CLI::App& root) {
     r.set_name(c->name);
     r.set_offset(c->offset);
     r.set_length(c->length);
-    grpc::ClientContext ctx;
-    set_deadline(ctx, *c);
     v1::ReadReply rep;
-    auto st = stub(*c)->Read(&ctx, r, &rep);
+    auto st = call(*c, &v1::BlockDaemon::Stub::Read, r, &rep);
     if (!st.ok()) std::exit(fail(st));
     std::ofstream out(c->file, std::ios::binary);
     out << rep.data();
     std::exit(out ? 0 : 1);
   });
+}
 
+void add_blk_commands(CLI::App& root) {
+  auto* blk = root.add_subcommand(
+      "blk",
+      "Manage kvtier-blockd (volumes, RAID arrays, partitions, QoS, NVMe/TCP exports) over its "
+      "gRPC API");
+  blk->require_subcommand(1);
+  auto c = std::make_shared<BlkCli>();
+  add_create_volume_commands(blk, c);
+  add_array_commands(blk, c);
+  add_inspect_commands(blk, c);
+  add_data_commands(blk, c);
   add_export_commands(blk, c);
 }
 
@@ -540,9 +536,7 @@ void add_export_commands(CLI::App* blk, const std::shared_ptr<BlkCli>& c) {
   cr->add_option("--volume", c->volume, "Volume to serve (nothing may be built on it)")->required();
   cr->add_option("--address", c->address, "Listen address (loopback unless you say otherwise)")
       ->capture_default_str();
-  cr->add_option("--port", c->port, "Listen port")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 65535));
+  add_ranged_option(cr, "--port", c->port, "Listen port", 1, 65535);
   cr->add_option("--allow-host", c->allowed_hosts, "Host NQN allowed to connect (repeat)");
   cr->add_flag("--allow-any-host", c->allow_any_host, "Let any host NQN connect");
   add_common(cr, c.get());
@@ -557,10 +551,7 @@ void add_export_commands(CLI::App* blk, const std::shared_ptr<BlkCli>& c) {
     if (c->allowed_hosts.empty() && !c->allow_any_host) {
       std::fprintf(stderr, "kvtier blk: note: no --allow-host given, so no host can connect yet\n");
     }
-    grpc::ClientContext ctx;
-    set_deadline(ctx, *c);
-    v1::Export e;
-    std::exit(print_export(*c, stub(*c)->CreateExport(&ctx, r, &e), e));
+    exit_with_export(*c, &v1::BlockDaemon::Stub::CreateExport, r);
   });
 
   auto* del = ex->add_subcommand("delete", "Stop an export and close its connections");
@@ -569,19 +560,14 @@ void add_export_commands(CLI::App* blk, const std::shared_ptr<BlkCli>& c) {
   del->callback([c] {
     v1::ExportRef r;
     r.set_nqn(c->nqn);
-    grpc::ClientContext ctx;
-    set_deadline(ctx, *c);
-    v1::Export e;
-    std::exit(print_export(*c, stub(*c)->DeleteExport(&ctx, r, &e), e));
+    exit_with_export(*c, &v1::BlockDaemon::Stub::DeleteExport, r);
   });
 
   auto* ls = ex->add_subcommand("list", "Every export with its state and traffic");
   add_common(ls, c.get());
   ls->callback([c] {
-    grpc::ClientContext ctx;
-    set_deadline(ctx, *c);
     v1::ExportList rep;
-    auto st = stub(*c)->ListExports(&ctx, v1::ListRequest(), &rep);
+    auto st = call(*c, &v1::BlockDaemon::Stub::ListExports, v1::ListRequest(), &rep);
     if (!st.ok()) std::exit(fail(st));
     if (c->json) {
       std::cout << to_json(rep) << std::endl;

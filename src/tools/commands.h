@@ -28,6 +28,21 @@ void add_all_commands(CLI::App& root);
 // its own `kvtier bench <name>` under it.
 CLI::App* bench_group(CLI::App& root);
 
+// An option that shows its default in --help and refuses a value outside
+// [lo, hi] with CLI11's message, before anything runs.
+template <typename T, typename Bound>
+CLI::Option* add_ranged_option(CLI::App* app, const std::string& name, T& value,
+                               const std::string& help, Bound lo, Bound hi) {
+  return app->add_option(name, value, help)->capture_default_str()->check(CLI::Range(lo, hi));
+}
+
+// The --json flag of a benchmark: its report as one JSON object on stdout.
+inline CLI::Option* add_ratio_json_flag(CLI::App* app, bool& json) {
+  return app->add_flag(
+      "--json", json,
+      "Print one JSON object (every ratio under a key ending in _ratio) instead of a table");
+}
+
 // Progress lines of a long benchmark: to stderr, so stdout carries only the
 // table or the JSON object.
 inline void print_progress(const std::string& line) {

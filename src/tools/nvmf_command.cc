@@ -29,12 +29,8 @@ void add_host_options(CLI::App* c, nvmf::HostOptions& o) {
   c->add_option("--nqn", o.subnqn, "Subsystem NQN to connect to")->required();
   c->add_option("--hostnqn", o.hostnqn, "Host NQN sent in Connect (must be on the allow-list)")
       ->capture_default_str();
-  c->add_option("--nsid", o.nsid, "Namespace ID")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 0xFFFFFFFEu));
-  c->add_option("--io-queues", o.io_queues, "I/O queues (TCP connections)")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 64u));
+  add_ranged_option(c, "--nsid", o.nsid, "Namespace ID", 1u, 0xFFFFFFFEu);
+  add_ranged_option(c, "--io-queues", o.io_queues, "I/O queues (TCP connections)", 1u, 64u);
   c->add_flag("--hdgst", o.hdgst, "Ask for header digests (CRC32C)");
   c->add_flag("--ddgst", o.ddgst, "Ask for data digests (CRC32C)");
 }

@@ -375,9 +375,8 @@ void add_store_commands(CLI::App& app) {
   stats->add_option("--token", cli->token,
                     "Auth token (visible to other users in the process list: prefer --token-file)");
   stats->add_option("--token-file", cli->token_file, "File whose first line is the auth token");
-  stats->add_option("--timeout-ms", cli->timeout_ms, "Connect and call timeout")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 600000u));
+  add_ranged_option(stats, "--timeout-ms", cli->timeout_ms, "Connect and call timeout", 1u,
+                    600000u);
   stats->add_flag("--json", cli->json, "Print one JSON object instead of a table");
   stats->callback([cli] { std::exit(run_stats(*cli)); });
 
@@ -395,9 +394,7 @@ void add_store_commands(CLI::App& app) {
   nodes->add_option("--etcd-key", ncli->tls.key_file, "Key of --etcd-cert");
   nodes->add_option("--prefix", ncli->prefix, "Key prefix the nodes register under")
       ->capture_default_str();
-  nodes->add_option("--timeout-ms", ncli->timeout_ms, "etcd call timeout")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 600000u));
+  add_ranged_option(nodes, "--timeout-ms", ncli->timeout_ms, "etcd call timeout", 1u, 600000u);
   nodes->add_flag("--json", ncli->json, "Print one JSON object instead of a table");
   nodes->callback([ncli] { std::exit(run_nodes(*ncli)); });
 }

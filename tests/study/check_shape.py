@@ -25,14 +25,22 @@ time of its blocks. The long-reuse rules for D and E are then enforced from that
 rate on.
 
 "F at least as good as D" is the study's finding for a GDS path that read 1.47x
-faster than its CPU-staging path (5.01 vs 3.40 GiB/s). kvtier's D reads disk
-blocks as directly as F (into the caller's buffer, no staging copy), so F has no
-faster path and lacks D's RAM hits. The rule is enforced where F's disk-only load
+faster than its CPU-staging path (5.01 vs 3.40 GiB/s). kvtier's D stages disk
+blocks through buffers registered with its RAID0 members and copies once into
+the caller's buffer; F reads straight into the caller's buffer. F saves that
+one copy but lacks D's RAM hits. The rule is enforced where F's disk-only load
 rate is at least F_PATH_MARGIN times D's (the precondition of the study's
 finding) and the run loaded whole prefixes (under the race, each case loads only
 the share its rates justify, so the rates measure batch sizes, not paths);
-otherwise it is reported with that reason. F clearly above B and C (a
-direct path gives useful reuse without a RAM tier) is enforced like D's rules.
+otherwise it is reported with that reason.
+
+F clearly above B and C (a direct path gives useful reuse without a RAM tier)
+rests on F's own loads alone: F has no RAM hits to carry it, so the rule holds
+only where F's disk-only load rate, measured in the same run, is at least the
+margin above the recompute rate. That holds even under --strict: a busy machine
+slows the store's CPU work (checksums, copies) but not the modeled GPU, and a
+slower F is then the machine's shape, not a fault; the run prints F's rate and
+why the rule was not enforced.
 """
 import json
 import sys
@@ -84,13 +92,15 @@ def main():
         margin = RACE_DISK_MARGIN if race else DISK_MARGIN
         cheap = rate >= margin * recompute
         soft = []
+        f_soft = []
         for name, v in (("D", d), ("E", e), ("F", f)):
             if v is None:
                 continue
+            into = f_soft if name == "F" else soft
             if not v > 1.05 * c:
-                soft.append(f"long reuse: {name} {v:.4f} req/s not clearly above C {c:.4f}")
+                into.append(f"long reuse: {name} {v:.4f} req/s not clearly above C {c:.4f}")
             if not v > 1.05 * b:
-                soft.append(f"long reuse: {name} {v:.4f} req/s not clearly above B {b:.4f}")
+                into.append(f"long reuse: {name} {v:.4f} req/s not clearly above B {b:.4f}")
         disk = r["protocols"][lr].get("D", {})
         if disk.get("store_hit_share", 0) <= r["protocols"][lr]["C"].get("store_hit_share", 0):
             failures.append("long reuse: D's store serves no more than C's (disk tier unused)")
@@ -101,6 +111,14 @@ def main():
                   f"than {margin}x the {recompute / 1e9:.2f} GB/s at which the modeled GPU "
                   "regenerates KV, so disk-served prefixes cannot clearly beat recomputation on "
                   "this machine; not enforced:\n  " + "\n  ".join(soft), file=sys.stderr)
+        f_cheap = disk_rate("F") >= margin * recompute
+        if f_cheap:
+            failures += f_soft
+        elif f_soft:
+            print(f"long reuse: F read disk-only blocks at {disk_rate('F') / 1e9:.2f} GB/s in this "
+                  f"run, less than {margin}x the {recompute / 1e9:.2f} GB/s at which the modeled "
+                  "GPU regenerates KV; F has no RAM hits, so its rules rest on that rate; not "
+                  "enforced:\n  " + "\n  ".join(f_soft), file=sys.stderr)
         if f is not None and d is not None and not f >= 0.97 * d:
             msg = f"long reuse: F {f:.4f} req/s below D {d:.4f}"
             f_rate = disk_rate("F")
@@ -111,8 +129,8 @@ def main():
             else:
                 print(f"{msg}: F read disk-only blocks at {f_rate / 1e9:.2f} GB/s against D's "
                       f"{rate / 1e9:.2f} GB/s; the study's F won with a path 1.47x faster than "
-                      "D's, and kvtier's D reads disk blocks as directly as F, so F only lacks "
-                      "D's RAM hits; not enforced", file=sys.stderr)
+                      "D's, and kvtier's F saves only D's one copy out of its staging buffer "
+                      "while lacking D's RAM hits; not enforced", file=sys.stderr)
     for f_ in failures:
         print("SHAPE FAILURE: " + f_)
     if failures:

@@ -16,18 +16,18 @@ constexpr std::chrono::nanoseconds kMaxDelay = std::chrono::hours(24 * 365);
 }  // namespace
 
 FaultyDevice::FaultyDevice(std::shared_ptr<BlockDevice> inner, uint64_t seed)
-    : inner_(std::move(inner)), rng_(seed) {
+    : StackedDevice(std::move(inner)), rng_(seed) {
   timer_ = std::thread([this] { timer_loop(); });
 }
 
 FaultyDevice::~FaultyDevice() {
   {
-    std::unique_lock lk(idle_mu_);
-    idle_cv_.wait(lk, [this] { return inner_outstanding_.load(std::memory_order_acquire) == 0; });
+    MutexLock lk(idle_mu_);
+    lk.wait(idle_cv_, [this] { return inner_outstanding_.load(std::memory_order_acquire) == 0; });
   }
   std::multimap<Clock::time_point, Delayed> left;
   {
-    std::lock_guard lk(timer_mu_);
+    MutexLock lk(timer_mu_);
     stop_ = true;
     left.swap(queue_);
   }
@@ -45,7 +45,7 @@ FaultyDevice::~FaultyDevice() {
 }
 
 Status FaultyDevice::decide(Op op, uint64_t offset, uint64_t length) {
-  std::lock_guard lk(cfg_mu_);
+  MutexLock lk(cfg_mu_);
   if (fail_all_) {
     fail_all_errors_.fetch_add(1, kRelaxed);
     return Status::io_error(name() + ": injected failure (fail-all mode)");
@@ -79,12 +79,12 @@ void FaultyDevice::complete(IoCallback cb, Status st) {
   bool hung = false;
   std::chrono::nanoseconds delay{0};
   {
-    std::lock_guard lk(cfg_mu_);
+    MutexLock lk(cfg_mu_);
     hung = hang_;
     delay = hang_ ? hang_hold_ : latency_;
   }
   if (delay.count() > 0) {
-    std::unique_lock lk(timer_mu_);
+    MutexLock lk(timer_mu_);
     if (!stop_) {
       (hung ? hung_ : delayed_).fetch_add(1, kRelaxed);
       const Clock::time_point when = Clock::now() + std::min(delay, kMaxDelay);
@@ -108,22 +108,22 @@ IoCallback FaultyDevice::track(IoCallback cb) {
 }
 
 void FaultyDevice::inner_done() {
-  std::lock_guard lk(idle_mu_);
+  MutexLock lk(idle_mu_);
   if (inner_outstanding_.fetch_sub(1, std::memory_order_acq_rel) == 1) idle_cv_.notify_all();
 }
 
 void FaultyDevice::timer_loop() {
   std::vector<Delayed> due;
-  std::unique_lock lk(timer_mu_);
+  MutexLock lk(timer_mu_);
   while (!stop_) {
     if (queue_.empty()) {
-      timer_cv_.wait(lk);
+      lk.wait(timer_cv_);
       continue;
     }
     const Clock::time_point first = queue_.begin()->first;
     Clock::time_point now = Clock::now();
     if (first > now) {
-      timer_cv_.wait_until(lk, first);
+      lk.wait_until(timer_cv_, first);
       continue;
     }
     while (!queue_.empty() && queue_.begin()->first <= now) {
@@ -152,7 +152,7 @@ void FaultyDevice::write(uint64_t offset, ByteView src, IoCallback cb) {
   if (!st.ok()) return complete(std::move(cb), std::move(st));
   uint64_t len = src.size();
   {
-    std::lock_guard lk(cfg_mu_);
+    MutexLock lk(cfg_mu_);
     if (torn_left_ > 0) {
       if (torn_left_ != kEveryWrite) --torn_left_;
       len = std::min<uint64_t>(len, uint64_t{torn_keep_blocks_} * block_size());
@@ -185,32 +185,32 @@ DeviceStats FaultyDevice::stats() const {
 }
 
 void FaultyDevice::set_read_error_rate(double p) {
-  std::lock_guard lk(cfg_mu_);
+  MutexLock lk(cfg_mu_);
   read_error_rate_ = std::clamp(p, 0.0, 1.0);
 }
 
 void FaultyDevice::set_write_error_rate(double p) {
-  std::lock_guard lk(cfg_mu_);
+  MutexLock lk(cfg_mu_);
   write_error_rate_ = std::clamp(p, 0.0, 1.0);
 }
 
 void FaultyDevice::add_fault_range(uint64_t offset, uint64_t length) {
-  std::lock_guard lk(cfg_mu_);
+  MutexLock lk(cfg_mu_);
   ranges_.push_back(Range{offset, length});
 }
 
 void FaultyDevice::clear_fault_ranges() {
-  std::lock_guard lk(cfg_mu_);
+  MutexLock lk(cfg_mu_);
   ranges_.clear();
 }
 
 void FaultyDevice::set_latency(std::chrono::nanoseconds latency) {
-  std::lock_guard lk(cfg_mu_);
+  MutexLock lk(cfg_mu_);
   latency_ = latency;
 }
 
 void FaultyDevice::set_hang(bool on, std::chrono::nanoseconds hold) {
-  std::lock_guard lk(cfg_mu_);
+  MutexLock lk(cfg_mu_);
   hang_ = on;
   hang_hold_ = hold;
 }
@@ -218,7 +218,7 @@ void FaultyDevice::set_hang(bool on, std::chrono::nanoseconds hold) {
 void FaultyDevice::release_hung() {
   std::vector<Delayed> released;
   {
-    std::lock_guard lk(timer_mu_);
+    MutexLock lk(timer_mu_);
     for (auto it = queue_.begin(); it != queue_.end();) {
       if (it->second.hung) {
         released.push_back(std::move(it->second));
@@ -232,7 +232,7 @@ void FaultyDevice::release_hung() {
 }
 
 void FaultyDevice::set_torn_writes(uint32_t keep_blocks, uint64_t count) {
-  std::lock_guard lk(cfg_mu_);
+  MutexLock lk(cfg_mu_);
   torn_keep_blocks_ = keep_blocks;
   torn_left_ = count;
 }
@@ -240,12 +240,12 @@ void FaultyDevice::set_torn_writes(uint32_t keep_blocks, uint64_t count) {
 void FaultyDevice::clear_torn_writes() { set_torn_writes(0, 0); }
 
 void FaultyDevice::set_fail_all(bool on) {
-  std::lock_guard lk(cfg_mu_);
+  MutexLock lk(cfg_mu_);
   fail_all_ = on;
 }
 
 void FaultyDevice::clear_faults() {
-  std::lock_guard lk(cfg_mu_);
+  MutexLock lk(cfg_mu_);
   read_error_rate_ = 0;
   write_error_rate_ = 0;
   ranges_.clear();
@@ -270,7 +270,7 @@ FaultCounters FaultyDevice::fault_counters() const {
 }
 
 size_t FaultyDevice::pending_delayed() const {
-  std::lock_guard lk(timer_mu_);
+  MutexLock lk(timer_mu_);
   return queue_.size();
 }
 

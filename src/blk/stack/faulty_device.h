@@ -21,13 +21,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "blk/block_device.h"
+#include "blk/stack/stacked_device.h"
+#include "common/mutex.h"
 
 namespace kvtier::blk {
 
@@ -42,7 +42,7 @@ struct FaultCounters {
   uint64_t cancelled = 0;        // hung completions failed by the destructor
 };
 
-class FaultyDevice : public BlockDevice {
+class FaultyDevice : public StackedDevice {
  public:
   // set_torn_writes() count meaning "every write until cleared".
   static constexpr uint64_t kEveryWrite = UINT64_MAX;
@@ -57,9 +57,6 @@ class FaultyDevice : public BlockDevice {
   FaultyDevice& operator=(const FaultyDevice&) = delete;
 
   std::string name() const override { return "faulty(" + inner_->name() + ")"; }
-  uint32_t block_size() const override { return inner_->block_size(); }
-  uint32_t buffer_alignment() const override { return inner_->buffer_alignment(); }
-  uint64_t capacity() const override { return inner_->capacity(); }
 
   void read(uint64_t offset, MutableByteView dst, IoCallback cb) override;
   void write(uint64_t offset, ByteView src, IoCallback cb) override;
@@ -68,10 +65,6 @@ class FaultyDevice : public BlockDevice {
 
   // The inner device's stats, with injected errors added to `errors`.
   DeviceStats stats() const override;
-  // The inner device's: a hung read is still the inner device's read.
-  DeviceCapabilities capabilities() const override { return inner_->capabilities(); }
-  Result<int> register_buffer(MutableByteView buf) override { return inner_->register_buffer(buf); }
-  Status unregister_buffer(int handle) override { return inner_->unregister_buffer(handle); }
 
   // Probability in [0, 1] that a read (write) fails with kIoError without
   // reaching the inner device.
@@ -101,7 +94,6 @@ class FaultyDevice : public BlockDevice {
   FaultCounters fault_counters() const;
   // Completions currently waiting on the timer thread.
   size_t pending_delayed() const;
-  BlockDevice& inner() { return *inner_; }
 
  private:
   enum class Op : uint8_t { kRead, kWrite, kFlush, kTrim };
@@ -125,19 +117,17 @@ class FaultyDevice : public BlockDevice {
   void inner_done();
   void timer_loop();
 
-  const std::shared_ptr<BlockDevice> inner_;
-
-  mutable std::mutex cfg_mu_;  // guards the settings and the RNG below
-  std::mt19937_64 rng_;
-  double read_error_rate_ = 0;
-  double write_error_rate_ = 0;
-  std::vector<Range> ranges_;
-  std::chrono::nanoseconds latency_{0};
-  bool hang_ = false;
-  std::chrono::nanoseconds hang_hold_{0};
-  uint32_t torn_keep_blocks_ = 0;
-  uint64_t torn_left_ = 0;
-  bool fail_all_ = false;
+  mutable Mutex cfg_mu_;  // guards the settings and the RNG below
+  std::mt19937_64 rng_ KVTIER_GUARDED_BY(cfg_mu_);
+  double read_error_rate_ KVTIER_GUARDED_BY(cfg_mu_) = 0;
+  double write_error_rate_ KVTIER_GUARDED_BY(cfg_mu_) = 0;
+  std::vector<Range> ranges_ KVTIER_GUARDED_BY(cfg_mu_);
+  std::chrono::nanoseconds latency_ KVTIER_GUARDED_BY(cfg_mu_) = std::chrono::nanoseconds::zero();
+  bool hang_ KVTIER_GUARDED_BY(cfg_mu_) = false;
+  std::chrono::nanoseconds hang_hold_ KVTIER_GUARDED_BY(cfg_mu_) = std::chrono::nanoseconds::zero();
+  uint32_t torn_keep_blocks_ KVTIER_GUARDED_BY(cfg_mu_) = 0;
+  uint64_t torn_left_ KVTIER_GUARDED_BY(cfg_mu_) = 0;
+  bool fail_all_ KVTIER_GUARDED_BY(cfg_mu_) = false;
 
   std::atomic<uint64_t> read_errors_{0};
   std::atomic<uint64_t> write_errors_{0};
@@ -151,13 +141,13 @@ class FaultyDevice : public BlockDevice {
   // Requests on the inner device whose completion has not been handled yet.
   // Decremented under idle_mu_ so the destructor cannot overtake it.
   std::atomic<uint64_t> inner_outstanding_{0};
-  std::mutex idle_mu_;
+  Mutex idle_mu_;
   std::condition_variable idle_cv_;
 
-  mutable std::mutex timer_mu_;  // guards queue_ and stop_
+  mutable Mutex timer_mu_;
   std::condition_variable timer_cv_;
-  std::multimap<Clock::time_point, Delayed> queue_;
-  bool stop_ = false;
+  std::multimap<Clock::time_point, Delayed> queue_ KVTIER_GUARDED_BY(timer_mu_);
+  bool stop_ KVTIER_GUARDED_BY(timer_mu_) = false;
   std::thread timer_;
 };
 

@@ -21,7 +21,7 @@ const char* health_state_name(HealthState s) {
 }
 
 HealthDevice::HealthDevice(std::shared_ptr<BlockDevice> inner, HealthOptions options)
-    : inner_(std::move(inner)), options_(options) {}
+    : StackedDevice(std::move(inner)), options_(options) {}
 
 void HealthDevice::on_error() {
   const uint64_t e = errors_.fetch_add(1) + 1;

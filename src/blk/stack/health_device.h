@@ -13,7 +13,7 @@
 #include <memory>
 #include <string>
 
-#include "blk/block_device.h"
+#include "blk/stack/stacked_device.h"
 #include "common/metrics.h"
 
 namespace kvtier::blk {
@@ -26,14 +26,9 @@ struct HealthOptions {
   uint64_t error_budget = 16;   // errors before the device is failed (0: never)
 };
 
-class HealthDevice : public BlockDevice {
+class HealthDevice : public StackedDevice {
  public:
   HealthDevice(std::shared_ptr<BlockDevice> inner, HealthOptions options = {});
-
-  std::string name() const override { return inner_->name(); }
-  uint32_t block_size() const override { return inner_->block_size(); }
-  uint32_t buffer_alignment() const override { return inner_->buffer_alignment(); }
-  uint64_t capacity() const override { return inner_->capacity(); }
 
   void read(uint64_t offset, MutableByteView dst, IoCallback cb) override;
   void write(uint64_t offset, ByteView src, IoCallback cb) override;
@@ -42,10 +37,6 @@ class HealthDevice : public BlockDevice {
   void flush(IoCallback cb) override;
   void trim(uint64_t offset, uint64_t length, IoCallback cb) override;
   DeviceStats stats() const override;
-  // The inner device's: requests reach it unchanged (it only watches them).
-  DeviceCapabilities capabilities() const override { return inner_->capabilities(); }
-  Result<int> register_buffer(MutableByteView buf) override { return inner_->register_buffer(buf); }
-  Status unregister_buffer(int handle) override { return inner_->unregister_buffer(handle); }
 
   HealthState state() const { return state_.load(); }
   void set_reconnecting(bool on);
@@ -58,14 +49,15 @@ class HealthDevice : public BlockDevice {
   const Histogram& read_latency() const { return read_lat_; }
   const Histogram& write_latency() const { return write_lat_; }
   const Histogram& flush_latency() const { return flush_lat_; }
-  const std::shared_ptr<BlockDevice>& inner() const { return inner_; }
+
+ protected:
+  bool forwards_readv() const override { return true; }
 
  private:
   IoCallback observe(IoCallback cb, Histogram* lat, std::atomic<uint64_t>* errors);
   bool refuse(IoCallback& cb);
   void on_error();
 
-  const std::shared_ptr<BlockDevice> inner_;
   const HealthOptions options_;
   std::atomic<HealthState> state_{HealthState::kOnline};
   std::atomic<uint64_t> errors_{0};

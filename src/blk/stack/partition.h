@@ -9,11 +9,11 @@
 #include <memory>
 #include <string>
 
-#include "blk/block_device.h"
+#include "blk/stack/stacked_device.h"
 
 namespace kvtier::blk {
 
-class Partition : public BlockDevice {
+class Partition : public StackedDevice {
  public:
   // `offset` and `length` must be non-zero multiples (offset may be 0) of the
   // inner block size and lie inside the inner device.
@@ -22,8 +22,6 @@ class Partition : public BlockDevice {
                                                    std::string label = "");
 
   std::string name() const override { return name_; }
-  uint32_t block_size() const override { return inner_->block_size(); }
-  uint32_t buffer_alignment() const override { return inner_->buffer_alignment(); }
   uint64_t capacity() const override { return length_; }
 
   void read(uint64_t offset, MutableByteView dst, IoCallback cb) override;
@@ -33,20 +31,17 @@ class Partition : public BlockDevice {
   void flush(IoCallback cb) override;
   void trim(uint64_t offset, uint64_t length, IoCallback cb) override;
   DeviceStats stats() const override;
-  // The inner device's: requests reach it unchanged (only offsets move).
-  DeviceCapabilities capabilities() const override { return inner_->capabilities(); }
-  Result<int> register_buffer(MutableByteView buf) override { return inner_->register_buffer(buf); }
-  Status unregister_buffer(int handle) override { return inner_->unregister_buffer(handle); }
 
   uint64_t offset() const { return offset_; }
-  const std::shared_ptr<BlockDevice>& inner() const { return inner_; }
+
+ protected:
+  bool forwards_readv() const override { return true; }
 
  private:
   Partition(std::shared_ptr<BlockDevice> inner, uint64_t offset, uint64_t length, std::string name)
-      : inner_(std::move(inner)), offset_(offset), length_(length), name_(std::move(name)) {}
+      : StackedDevice(std::move(inner)), offset_(offset), length_(length), name_(std::move(name)) {}
   IoCallback count(IoCallback cb, int op, uint64_t bytes);
 
-  const std::shared_ptr<BlockDevice> inner_;
   const uint64_t offset_;
   const uint64_t length_;
   const std::string name_;

@@ -15,12 +15,12 @@ void QosDevice::Bucket::configure(uint64_t r, double burst_seconds, double min_c
 }
 
 QosDevice::QosDevice(std::shared_ptr<BlockDevice> inner, QosLimits limits)
-    : inner_(std::move(inner)) {
+    : StackedDevice(std::move(inner)) {
   last_refill_ns_ = now_ns();
   set_limits(limits);
   // Start full: a fresh volume may burst.
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     for (Bucket* b :
          {&read_iops_, &write_iops_, &total_iops_, &read_bps_, &write_bps_, &total_bps_}) {
       b->tokens = b->cap;
@@ -32,7 +32,7 @@ QosDevice::QosDevice(std::shared_ptr<BlockDevice> inner, QosLimits limits)
 QosDevice::~QosDevice() {
   std::deque<Pending> left;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     stop_ = true;
     for (auto& q : queue_) {
       for (auto& p : q) left.push_back(std::move(p));
@@ -46,7 +46,7 @@ QosDevice::~QosDevice() {
 
 void QosDevice::set_limits(const QosLimits& l) {
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     refill_locked();
     limits_ = l;
     const double b = l.burst_seconds;
@@ -62,12 +62,12 @@ void QosDevice::set_limits(const QosLimits& l) {
 }
 
 QosLimits QosDevice::limits() const {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   return limits_;
 }
 
 QosStats QosDevice::qos_stats() const {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   return QosStats{admitted_inline_, queued_, queue_[0].size() + queue_[1].size()};
 }
 
@@ -99,7 +99,7 @@ bool QosDevice::try_admit_locked(bool is_write, uint64_t bytes, double* wait_s) 
 void QosDevice::admit_or_queue(bool is_write, uint64_t bytes, std::function<void()> submit,
                                IoCallback cb) {
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     refill_locked();
     double wait = 0;
     // FIFO: nothing overtakes a request already waiting in this direction.
@@ -118,7 +118,7 @@ void QosDevice::admit_or_queue(bool is_write, uint64_t bytes, std::function<void
 }
 
 void QosDevice::dispatcher_loop() {
-  std::unique_lock lk(mu_);
+  MutexLock lk(mu_);
   while (!stop_) {
     refill_locked();
     double next_wait = -1;  // < 0: nothing waiting
@@ -149,9 +149,9 @@ void QosDevice::dispatcher_loop() {
       continue;
     }
     if (next_wait < 0) {
-      cv_.wait(lk);
+      lk.wait(cv_);
     } else {
-      cv_.wait_for(lk, std::chrono::nanoseconds(static_cast<int64_t>(next_wait * 1e9) + 1000));
+      lk.wait_for(cv_, std::chrono::nanoseconds(static_cast<int64_t>(next_wait * 1e9) + 1000));
     }
   }
 }

@@ -16,11 +16,11 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
-#include "blk/block_device.h"
+#include "blk/stack/stacked_device.h"
+#include "common/mutex.h"
 
 namespace kvtier::blk {
 
@@ -46,33 +46,21 @@ struct QosStats {
   uint64_t queued_now = 0;
 };
 
-class QosDevice : public BlockDevice {
+class QosDevice : public StackedDevice {
  public:
   QosDevice(std::shared_ptr<BlockDevice> inner, QosLimits limits);
   // Fails every queued request with kUnavailable, then stops the dispatcher.
   ~QosDevice() override;
 
   std::string name() const override { return "qos(" + inner_->name() + ")"; }
-  uint32_t block_size() const override { return inner_->block_size(); }
-  uint32_t buffer_alignment() const override { return inner_->buffer_alignment(); }
-  uint64_t capacity() const override { return inner_->capacity(); }
 
+  // Throttled; flush, trim and the rest pass straight through (StackedDevice).
   void read(uint64_t offset, MutableByteView dst, IoCallback cb) override;
   void write(uint64_t offset, ByteView src, IoCallback cb) override;
-  void flush(IoCallback cb) override { inner_->flush(std::move(cb)); }
-  void trim(uint64_t offset, uint64_t length, IoCallback cb) override {
-    inner_->trim(offset, length, std::move(cb));
-  }
-  DeviceStats stats() const override { return inner_->stats(); }
-  // The inner device's: requests reach it unchanged (later, when over the rate).
-  DeviceCapabilities capabilities() const override { return inner_->capabilities(); }
-  Result<int> register_buffer(MutableByteView buf) override { return inner_->register_buffer(buf); }
-  Status unregister_buffer(int handle) override { return inner_->unregister_buffer(handle); }
 
   void set_limits(const QosLimits& limits);
   QosLimits limits() const;
   QosStats qos_stats() const;
-  const std::shared_ptr<BlockDevice>& inner() const { return inner_; }
 
  private:
   struct Bucket {
@@ -100,22 +88,23 @@ class QosDevice : public BlockDevice {
 
   // Under mu_: refills, then whether a request of `bytes` in direction `is_write`
   // may go now (and takes its tokens if so); otherwise seconds to wait.
-  bool try_admit_locked(bool is_write, uint64_t bytes, double* wait_s);
-  void refill_locked();
+  bool try_admit_locked(bool is_write, uint64_t bytes, double* wait_s) KVTIER_REQUIRES(mu_);
+  void refill_locked() KVTIER_REQUIRES(mu_);
   void admit_or_queue(bool is_write, uint64_t bytes, std::function<void()> submit, IoCallback cb);
   void dispatcher_loop();
 
-  const std::shared_ptr<BlockDevice> inner_;
-  mutable std::mutex mu_;  // guards everything below
+  mutable Mutex mu_;
   std::condition_variable cv_;
-  QosLimits limits_;
-  Bucket read_iops_, write_iops_, total_iops_, read_bps_, write_bps_, total_bps_;
-  uint64_t last_refill_ns_ = 0;
-  std::deque<Pending> queue_[2];  // [0] reads, [1] writes
-  bool stop_ = false;
-  int rr_ = 0;  // direction the dispatcher looks at first
-  uint64_t admitted_inline_ = 0;
-  uint64_t queued_ = 0;
+  QosLimits limits_ KVTIER_GUARDED_BY(mu_);
+  Bucket read_iops_ KVTIER_GUARDED_BY(mu_), write_iops_ KVTIER_GUARDED_BY(mu_),
+      total_iops_ KVTIER_GUARDED_BY(mu_), read_bps_ KVTIER_GUARDED_BY(mu_),
+      write_bps_ KVTIER_GUARDED_BY(mu_), total_bps_ KVTIER_GUARDED_BY(mu_);
+  uint64_t last_refill_ns_ KVTIER_GUARDED_BY(mu_) = 0;
+  std::deque<Pending> queue_[2] KVTIER_GUARDED_BY(mu_);  // [0] reads, [1] writes
+  bool stop_ KVTIER_GUARDED_BY(mu_) = false;
+  int rr_ KVTIER_GUARDED_BY(mu_) = 0;  // direction the dispatcher looks at first
+  uint64_t admitted_inline_ KVTIER_GUARDED_BY(mu_) = 0;
+  uint64_t queued_ KVTIER_GUARDED_BY(mu_) = 0;
   std::thread dispatcher_;
 };
 

@@ -88,15 +88,7 @@ inline StoreOptions harness_options(std::shared_ptr<blk::BlockDevice> volume, bo
   return o;
 }
 
-inline Namespace harness_namespace() {
-  Namespace ns;
-  ns.model_id = "fuzz-model";
-  ns.model_revision = "r1";
-  ns.tokenizer_id = "fuzz-tok";
-  ns.kv_dtype = "bf16";
-  ns.kv_layout = "NHD";
-  return ns;
-}
+inline Namespace harness_namespace() { return Namespace::of_model("fuzz-model", "r1", "fuzz-tok"); }
 
 // Block i: key test_key(i), bytes fill_payload(key, block_len(i)). Every
 // fifth block is a full 64 KiB object, the others take one or two pages.

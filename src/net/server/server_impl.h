@@ -390,31 +390,27 @@ struct StoreServer::Impl {
   // Answers one decoded request; false closes the connection.
   asio::awaitable<bool> handle(ServerConnection& c, const Frame& f);
   // One handler per request type, called by handle() with the decoded
-  // message and the request's data section (in the connection's buffer).
-  asio::awaitable<bool> on_register_namespace(ServerConnection& c, Result<Message>& msg,
-                                              const FrameHeader& h, ByteView data);
-  asio::awaitable<bool> on_put(ServerConnection& c, Result<Message>& msg, const FrameHeader& h,
-                               ByteView data);
-  asio::awaitable<bool> on_get(ServerConnection& c, Result<Message>& msg, const FrameHeader& h,
-                               ByteView data);
-  asio::awaitable<bool> on_batch_put(ServerConnection& c, Result<Message>& msg,
-                                     const FrameHeader& h, ByteView data);
-  asio::awaitable<bool> on_batch_get(ServerConnection& c, Result<Message>& msg,
-                                     const FrameHeader& h, ByteView data);
-  asio::awaitable<bool> on_match_prefix(ServerConnection& c, Result<Message>& msg,
-                                        const FrameHeader& h, ByteView data);
-  asio::awaitable<bool> on_remove(ServerConnection& c, Result<Message>& msg, const FrameHeader& h,
-                                  ByteView data);
-  asio::awaitable<bool> on_pin_or_unpin(ServerConnection& c, Result<Message>& msg,
-                                        const FrameHeader& h, ByteView data);
-  asio::awaitable<bool> on_stats(ServerConnection& c, Result<Message>& msg, const FrameHeader& h,
-                                 ByteView data);
-  asio::awaitable<bool> on_shm_offer(ServerConnection& c, Result<Message>& msg,
-                                     const FrameHeader& h, ByteView data);
-  asio::awaitable<bool> on_shm_put(ServerConnection& c, Result<Message>& msg, const FrameHeader& h,
-                                   ByteView data);
-  asio::awaitable<bool> on_shm_get(ServerConnection& c, Result<Message>& msg, const FrameHeader& h,
-                                   ByteView data);
+  // request, its id, and (for puts) the request's data section, which lies in
+  // the connection's buffer.
+  asio::awaitable<bool> on_register_namespace(ServerConnection& c, RegisterNamespaceRequest& req,
+                                              uint64_t rid);
+  asio::awaitable<bool> on_put(ServerConnection& c, PutRequest& req, uint64_t rid, ByteView data);
+  asio::awaitable<bool> on_get(ServerConnection& c, GetRequest& req, uint64_t rid);
+  asio::awaitable<bool> on_batch_put(ServerConnection& c, BatchPutRequest& req, uint64_t rid,
+                                     ByteView data);
+  asio::awaitable<bool> on_batch_get(ServerConnection& c, BatchGetRequest& req, uint64_t rid);
+  asio::awaitable<bool> on_match_prefix(ServerConnection& c, MatchPrefixRequest& req, uint64_t rid);
+  asio::awaitable<bool> on_remove(ServerConnection& c, RemoveRequest& req, uint64_t rid);
+  asio::awaitable<bool> on_pin(ServerConnection& c, PinRequest& req, uint64_t rid);
+  asio::awaitable<bool> on_unpin(ServerConnection& c, UnpinRequest& req, uint64_t rid);
+  asio::awaitable<bool> on_stats(ServerConnection& c, StatsRequest& req, uint64_t rid);
+  asio::awaitable<bool> on_shm_offer(ServerConnection& c, ShmOfferRequest& req, uint64_t rid);
+  asio::awaitable<bool> on_shm_put(ServerConnection& c, ShmPutRequest& req, uint64_t rid);
+  asio::awaitable<bool> on_shm_get(ServerConnection& c, ShmGetRequest& req, uint64_t rid);
+  // Pin (with a TTL) or unpin: checks, records the connection's pins, and
+  // returns how many keys the store holds.
+  Result<uint32_t> pin_or_unpin(ServerConnection& c, uint16_t ns, std::vector<kv::Key128>& keys,
+                                std::optional<uint64_t> pin_ttl_ms);
 
   void build_stats(StatsFormat format, StatsResponse* resp, std::string* json_out);
 

@@ -174,30 +174,31 @@ asio::awaitable<bool> StoreServer::Impl::handle(ServerConnection& c, const Frame
   ByteView data = in.empty() ? ByteView{} : ByteView(in.data(), h.data_len);
   switch (h.type) {
     case MessageType::kRegisterNamespaceRequest:
-      co_return co_await on_register_namespace(c, msg, h, data);
+      co_return co_await on_register_namespace(c, std::get<RegisterNamespaceRequest>(*msg), rid);
     case MessageType::kPutRequest:
-      co_return co_await on_put(c, msg, h, data);
+      co_return co_await on_put(c, std::get<PutRequest>(*msg), rid, data);
     case MessageType::kGetRequest:
-      co_return co_await on_get(c, msg, h, data);
+      co_return co_await on_get(c, std::get<GetRequest>(*msg), rid);
     case MessageType::kBatchPutRequest:
-      co_return co_await on_batch_put(c, msg, h, data);
+      co_return co_await on_batch_put(c, std::get<BatchPutRequest>(*msg), rid, data);
     case MessageType::kBatchGetRequest:
-      co_return co_await on_batch_get(c, msg, h, data);
+      co_return co_await on_batch_get(c, std::get<BatchGetRequest>(*msg), rid);
     case MessageType::kMatchPrefixRequest:
-      co_return co_await on_match_prefix(c, msg, h, data);
+      co_return co_await on_match_prefix(c, std::get<MatchPrefixRequest>(*msg), rid);
     case MessageType::kRemoveRequest:
-      co_return co_await on_remove(c, msg, h, data);
+      co_return co_await on_remove(c, std::get<RemoveRequest>(*msg), rid);
     case MessageType::kPinRequest:
+      co_return co_await on_pin(c, std::get<PinRequest>(*msg), rid);
     case MessageType::kUnpinRequest:
-      co_return co_await on_pin_or_unpin(c, msg, h, data);
+      co_return co_await on_unpin(c, std::get<UnpinRequest>(*msg), rid);
     case MessageType::kStatsRequest:
-      co_return co_await on_stats(c, msg, h, data);
+      co_return co_await on_stats(c, std::get<StatsRequest>(*msg), rid);
     case MessageType::kShmOfferRequest:
-      co_return co_await on_shm_offer(c, msg, h, data);
+      co_return co_await on_shm_offer(c, std::get<ShmOfferRequest>(*msg), rid);
     case MessageType::kShmPutRequest:
-      co_return co_await on_shm_put(c, msg, h, data);
+      co_return co_await on_shm_put(c, std::get<ShmPutRequest>(*msg), rid);
     case MessageType::kShmGetRequest:
-      co_return co_await on_shm_get(c, msg, h, data);
+      co_return co_await on_shm_get(c, std::get<ShmGetRequest>(*msg), rid);
     case MessageType::kHelloRequest:
       co_return co_await send_error(
           c, rid, Status::failed_precondition("Hello was already done on this connection"));
@@ -209,13 +210,9 @@ asio::awaitable<bool> StoreServer::Impl::handle(ServerConnection& c, const Frame
 }
 
 asio::awaitable<bool> StoreServer::Impl::on_register_namespace(ServerConnection& c,
-                                                               Result<Message>& msg,
-                                                               const FrameHeader& h,
-                                                               ByteView data) {
-  const uint64_t rid = h.request_id;
-  (void)data;
+                                                               RegisterNamespaceRequest& req,
+                                                               uint64_t rid) {
   kv::Store& s = *store;
-  auto& req = std::get<RegisterNamespaceRequest>(*msg);
   if (c.namespaces.size() >= kMaxNamespacesPerConnection) {
     co_return co_await send_error(
         c, rid,
@@ -248,12 +245,9 @@ asio::awaitable<bool> StoreServer::Impl::on_register_namespace(ServerConnection&
   co_return co_await send(c, RegisterNamespaceResponse{*r}, rid);
 }
 
-asio::awaitable<bool> StoreServer::Impl::on_put(ServerConnection& c, Result<Message>& msg,
-                                                const FrameHeader& h, ByteView data) {
-  const uint64_t rid = h.request_id;
-  (void)h;
+asio::awaitable<bool> StoreServer::Impl::on_put(ServerConnection& c, PutRequest& req, uint64_t rid,
+                                                ByteView data) {
   kv::Store& s = *store;
-  auto& req = std::get<PutRequest>(*msg);
   if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
   req.key = store_key(c, req.ns, req.key);
   if (quota_admits(c, std::array<size_t, 1>{data.size()}) == 0) {
@@ -264,12 +258,9 @@ asio::awaitable<bool> StoreServer::Impl::on_put(ServerConnection& c, Result<Mess
   co_return co_await send(c, PutResponse{PutOutcome::from(*r)}, rid);
 }
 
-asio::awaitable<bool> StoreServer::Impl::on_get(ServerConnection& c, Result<Message>& msg,
-                                                const FrameHeader& h, ByteView data) {
-  const uint64_t rid = h.request_id;
-  (void)h;
+asio::awaitable<bool> StoreServer::Impl::on_get(ServerConnection& c, GetRequest& req,
+                                                uint64_t rid) {
   kv::Store& s = *store;
-  auto& req = std::get<GetRequest>(*msg);
   if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
   req.key = store_key(c, req.ns, req.key);
   // A RAM hit is sent from its slot, leased until the write is done,
@@ -305,12 +296,9 @@ asio::awaitable<bool> StoreServer::Impl::on_get(ServerConnection& c, Result<Mess
   co_return co_await send(c, resp, rid, std::span<const ByteView>(&part, 1), got.crc);
 }
 
-asio::awaitable<bool> StoreServer::Impl::on_batch_put(ServerConnection& c, Result<Message>& msg,
-                                                      const FrameHeader& h, ByteView data) {
-  const uint64_t rid = h.request_id;
-  (void)h;
+asio::awaitable<bool> StoreServer::Impl::on_batch_put(ServerConnection& c, BatchPutRequest& req,
+                                                      uint64_t rid, ByteView data) {
   kv::Store& s = *store;
-  auto& req = std::get<BatchPutRequest>(*msg);
   if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
   if (req.items.size() > limits.max_batch) {
     co_return co_await send_error(
@@ -344,12 +332,9 @@ asio::awaitable<bool> StoreServer::Impl::on_batch_put(ServerConnection& c, Resul
   co_return co_await send(c, resp, rid);
 }
 
-asio::awaitable<bool> StoreServer::Impl::on_batch_get(ServerConnection& c, Result<Message>& msg,
-                                                      const FrameHeader& h, ByteView data) {
-  const uint64_t rid = h.request_id;
-  (void)h;
+asio::awaitable<bool> StoreServer::Impl::on_batch_get(ServerConnection& c, BatchGetRequest& req,
+                                                      uint64_t rid) {
   kv::Store& s = *store;
-  auto& req = std::get<BatchGetRequest>(*msg);
   if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
   if (req.items.size() > limits.max_batch) {
     co_return co_await send_error(
@@ -391,12 +376,9 @@ asio::awaitable<bool> StoreServer::Impl::on_batch_get(ServerConnection& c, Resul
   co_return co_await send(c, resp, rid, parts);
 }
 
-asio::awaitable<bool> StoreServer::Impl::on_match_prefix(ServerConnection& c, Result<Message>& msg,
-                                                         const FrameHeader& h, ByteView data) {
-  const uint64_t rid = h.request_id;
-  (void)h, (void)data;
+asio::awaitable<bool> StoreServer::Impl::on_match_prefix(ServerConnection& c,
+                                                         MatchPrefixRequest& req, uint64_t rid) {
   kv::Store& s = *store;
-  auto& req = std::get<MatchPrefixRequest>(*msg);
   if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
   if (req.keys.size() > limits.max_match_keys) {
     co_return co_await send_error(
@@ -411,12 +393,9 @@ asio::awaitable<bool> StoreServer::Impl::on_match_prefix(ServerConnection& c, Re
   co_return co_await send(c, MatchPrefixResponse::from(*r), rid);
 }
 
-asio::awaitable<bool> StoreServer::Impl::on_remove(ServerConnection& c, Result<Message>& msg,
-                                                   const FrameHeader& h, ByteView data) {
-  const uint64_t rid = h.request_id;
-  (void)h, (void)data;
+asio::awaitable<bool> StoreServer::Impl::on_remove(ServerConnection& c, RemoveRequest& req,
+                                                   uint64_t rid) {
   kv::Store& s = *store;
-  auto& req = std::get<RemoveRequest>(*msg);
   if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
   req.key = store_key(c, req.ns, req.key);
   auto r = co_await run_in_pool(*pool, [&s, &req] { return s.remove(req.ns, req.key); });
@@ -424,38 +403,37 @@ asio::awaitable<bool> StoreServer::Impl::on_remove(ServerConnection& c, Result<M
   co_return co_await send(c, RemoveResponse{*r}, rid);
 }
 
-asio::awaitable<bool> StoreServer::Impl::on_pin_or_unpin(ServerConnection& c, Result<Message>& msg,
-                                                         const FrameHeader& h, ByteView data) {
-  const uint64_t rid = h.request_id;
-  (void)data;
-  kv::Store& s = *store;
-  bool pin = h.type == MessageType::kPinRequest;
-  uint16_t ns = pin ? std::get<PinRequest>(*msg).ns : std::get<UnpinRequest>(*msg).ns;
-  std::vector<kv::Key128>& keys =
-      pin ? std::get<PinRequest>(*msg).keys : std::get<UnpinRequest>(*msg).keys;
-  if (Status st = check_ns(c, ns); !st.ok()) co_return co_await send_error(c, rid, st);
-  if (keys.size() > limits.max_match_keys) {
-    co_return co_await send_error(
-        c, rid,
-        Status::invalid_argument(fmt::format("{} keys exceed the server's max_match_keys {}",
-                                             keys.size(), limits.max_match_keys)));
-  }
-  store_keys(c, ns, keys);
-  if (Status st = track_pins(c, ns, keys, pin); !st.ok()) {
-    co_return co_await send_error(c, rid, st);
-  }
-  Result<size_t> r = pin ? s.pin(ns, keys, std::get<PinRequest>(*msg).ttl_ms) : s.unpin(ns, keys);
-  if (!r.ok()) co_return co_await send_error(c, rid, r.status());
-  auto n = static_cast<uint32_t>(*r);
-  if (pin) co_return co_await send(c, PinResponse{n}, rid);
-  co_return co_await send(c, UnpinResponse{n}, rid);
+asio::awaitable<bool> StoreServer::Impl::on_pin(ServerConnection& c, PinRequest& req,
+                                                uint64_t rid) {
+  auto n = pin_or_unpin(c, req.ns, req.keys, req.ttl_ms);
+  if (!n.ok()) co_return co_await send_error(c, rid, n.status());
+  co_return co_await send(c, PinResponse{*n}, rid);
 }
 
-asio::awaitable<bool> StoreServer::Impl::on_stats(ServerConnection& c, Result<Message>& msg,
-                                                  const FrameHeader& h, ByteView data) {
-  const uint64_t rid = h.request_id;
-  (void)h;
-  auto& req = std::get<StatsRequest>(*msg);
+asio::awaitable<bool> StoreServer::Impl::on_unpin(ServerConnection& c, UnpinRequest& req,
+                                                  uint64_t rid) {
+  auto n = pin_or_unpin(c, req.ns, req.keys, std::nullopt);
+  if (!n.ok()) co_return co_await send_error(c, rid, n.status());
+  co_return co_await send(c, UnpinResponse{*n}, rid);
+}
+
+Result<uint32_t> StoreServer::Impl::pin_or_unpin(ServerConnection& c, uint16_t ns,
+                                                 std::vector<kv::Key128>& keys,
+                                                 std::optional<uint64_t> pin_ttl_ms) {
+  KVTIER_RETURN_IF_ERROR(check_ns(c, ns));
+  if (keys.size() > limits.max_match_keys) {
+    return Status::invalid_argument(fmt::format("{} keys exceed the server's max_match_keys {}",
+                                                keys.size(), limits.max_match_keys));
+  }
+  store_keys(c, ns, keys);
+  KVTIER_RETURN_IF_ERROR(track_pins(c, ns, keys, pin_ttl_ms.has_value()));
+  Result<size_t> r = pin_ttl_ms ? store->pin(ns, keys, *pin_ttl_ms) : store->unpin(ns, keys);
+  if (!r.ok()) return r.status();
+  return static_cast<uint32_t>(*r);
+}
+
+asio::awaitable<bool> StoreServer::Impl::on_stats(ServerConnection& c, StatsRequest& req,
+                                                  uint64_t rid) {
   StatsResponse resp;
   std::string json;
   build_stats(req.format, &resp, &json);
@@ -463,10 +441,8 @@ asio::awaitable<bool> StoreServer::Impl::on_stats(ServerConnection& c, Result<Me
   co_return co_await send(c, resp, rid, std::span<const ByteView>(&part, 1));
 }
 
-asio::awaitable<bool> StoreServer::Impl::on_shm_offer(ServerConnection& c, Result<Message>& msg,
-                                                      const FrameHeader& h, ByteView data) {
-  const uint64_t rid = h.request_id;
-  (void)msg, (void)h, (void)data;
+asio::awaitable<bool> StoreServer::Impl::on_shm_offer(ServerConnection& c, ShmOfferRequest& req,
+                                                      uint64_t rid) {
   if (!shm_listener) {
     co_return co_await send_error(
         c, rid, Status::unavailable("the shared-memory path is disabled on this server"));
@@ -487,12 +463,9 @@ asio::awaitable<bool> StoreServer::Impl::on_shm_offer(ServerConnection& c, Resul
   co_return co_await send(c, resp, rid);
 }
 
-asio::awaitable<bool> StoreServer::Impl::on_shm_put(ServerConnection& c, Result<Message>& msg,
-                                                    const FrameHeader& h, ByteView data) {
-  const uint64_t rid = h.request_id;
-  (void)h, (void)data;
+asio::awaitable<bool> StoreServer::Impl::on_shm_put(ServerConnection& c, ShmPutRequest& req,
+                                                    uint64_t rid) {
   kv::Store& s = *store;
-  auto& req = std::get<ShmPutRequest>(*msg);
   if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
   req.key = store_key(c, req.ns, req.key);
   auto area = c.shm_area();
@@ -516,12 +489,9 @@ asio::awaitable<bool> StoreServer::Impl::on_shm_put(ServerConnection& c, Result<
   co_return co_await send(c, ShmPutResponse{PutOutcome::from(*r)}, rid);
 }
 
-asio::awaitable<bool> StoreServer::Impl::on_shm_get(ServerConnection& c, Result<Message>& msg,
-                                                    const FrameHeader& h, ByteView data) {
-  const uint64_t rid = h.request_id;
-  (void)h, (void)data;
+asio::awaitable<bool> StoreServer::Impl::on_shm_get(ServerConnection& c, ShmGetRequest& req,
+                                                    uint64_t rid) {
   kv::Store& s = *store;
-  auto& req = std::get<ShmGetRequest>(*msg);
   if (Status st = check_ns(c, req.ns); !st.ok()) co_return co_await send_error(c, rid, st);
   req.key = store_key(c, req.ns, req.key);
   auto area = c.shm_area();

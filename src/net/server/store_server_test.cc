@@ -21,7 +21,6 @@
 
 #include "blk/dev/mem_device.h"
 #include "common/clock.h"
-#include "kv/test_payload.h"
 #include "net/client/remote_store.h"
 #include "net/server/server_config.h"
 #include "net/testing/store_test_util.h"
@@ -30,11 +29,6 @@ namespace kvtier::net {
 namespace {
 
 using namespace kvtier::net::testing;  // NOLINT
-
-using kv::fill_payload;
-using kv::payload_matches;
-using kv::test_key;
-using std::chrono::milliseconds;
 
 // ---- Round trips --------------------------------------------------------------------------
 

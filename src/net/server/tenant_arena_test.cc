@@ -11,16 +11,12 @@
 
 #include "blk/dev/mem_device.h"
 #include "common/buffer.h"
-#include "kv/test_payload.h"
 #include "net/testing/store_test_util.h"
 
 namespace kvtier::net {
 namespace {
 
 using namespace kvtier::net::testing;  // NOLINT
-using kv::fill_payload;
-using kv::payload_matches;
-using kv::test_key;
 
 constexpr uint64_t kArenaSlots = 16;
 

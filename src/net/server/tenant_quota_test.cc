@@ -9,15 +9,12 @@
 
 #include "blk/dev/mem_device.h"
 #include "common/buffer.h"
-#include "kv/test_payload.h"
 #include "net/testing/store_test_util.h"
 
 namespace kvtier::net {
 namespace {
 
 using namespace kvtier::net::testing;  // NOLINT
-using kv::fill_payload;
-using kv::test_key;
 
 const std::string kTokenA = "token-of-tenant-a-0123456789";
 const std::string kTokenB = "token-of-tenant-b-0123456789";

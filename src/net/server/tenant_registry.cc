@@ -96,7 +96,7 @@ Status TenantRegistry::refuse(Counter* c, const TenantConfig& t, const char* quo
 }
 
 Status TenantRegistry::acquire_connection(const TenantConfig& t) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   State& s = state_.at(t.name);
   if (s.used.connections >= t.max_connections) {
     return refuse(s.refused_connections, t, "connections", t.max_connections);
@@ -106,7 +106,7 @@ Status TenantRegistry::acquire_connection(const TenantConfig& t) {
 }
 
 void TenantRegistry::release_connection(const TenantConfig& t) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   State& s = state_.at(t.name);
   if (s.used.connections > 0) --s.used.connections;
   s.connections->set(static_cast<int64_t>(s.used.connections));
@@ -114,7 +114,7 @@ void TenantRegistry::release_connection(const TenantConfig& t) {
 
 Status TenantRegistry::acquire_namespace(const TenantConfig& t, uint16_t handle,
                                          const kv::Key128& digest) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   State& s = state_.at(t.name);
   auto it = s.handles.find(handle);
   if (it != s.handles.end()) {
@@ -136,7 +136,7 @@ Status TenantRegistry::acquire_namespace(const TenantConfig& t, uint16_t handle,
 }
 
 void TenantRegistry::release_namespace(const TenantConfig& t, uint16_t handle) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   State& s = state_.at(t.name);
   auto it = s.handles.find(handle);
   if (it == s.handles.end()) return;
@@ -146,14 +146,14 @@ void TenantRegistry::release_namespace(const TenantConfig& t, uint16_t handle) {
 }
 
 std::vector<std::pair<uint16_t, kv::Key128>> TenantRegistry::holdings(const TenantConfig& t) const {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   const State& s = state_.at(t.name);
   return {s.holdings.begin(), s.holdings.end()};
 }
 
 void TenantRegistry::forget_holding(const TenantConfig& t, uint16_t handle,
                                     bool only_if_unregistered) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   State& s = state_.at(t.name);
   if (only_if_unregistered && s.handles.count(handle)) return;
   s.holdings.erase(handle);
@@ -161,7 +161,7 @@ void TenantRegistry::forget_holding(const TenantConfig& t, uint16_t handle,
 
 size_t TenantRegistry::admit_bytes(const TenantConfig& t, uint64_t ram_used, uint64_t disk_used,
                                    std::span<const size_t> sizes, bool own_arena) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   State& s = state_.at(t.name);
   s.ram_bytes->set(static_cast<int64_t>(ram_used));
   s.disk_bytes->set(static_cast<int64_t>(disk_used));
@@ -184,7 +184,7 @@ size_t TenantRegistry::admit_bytes(const TenantConfig& t, uint64_t ram_used, uin
 }
 
 Status TenantRegistry::acquire_pins(const TenantConfig& t, uint64_t blocks) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   State& s = state_.at(t.name);
   if (s.used.pinned_blocks + blocks > t.max_pinned_blocks) {
     return refuse(s.refused_pins, t, "pinned blocks", t.max_pinned_blocks);
@@ -195,14 +195,14 @@ Status TenantRegistry::acquire_pins(const TenantConfig& t, uint64_t blocks) {
 }
 
 void TenantRegistry::release_pins(const TenantConfig& t, uint64_t blocks) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   State& s = state_.at(t.name);
   s.used.pinned_blocks -= std::min(blocks, s.used.pinned_blocks);
   s.pinned->set(static_cast<int64_t>(s.used.pinned_blocks));
 }
 
 TenantRegistry::Usage TenantRegistry::usage(const std::string& tenant) const {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   auto it = state_.find(tenant);
   return it == state_.end() ? Usage{} : it->second.used;
 }

@@ -18,13 +18,13 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "kv/namespace.h"
 #include "net/server/server_config.h"
@@ -102,8 +102,8 @@ class TenantRegistry {
   Status refuse(Counter* c, const TenantConfig& t, const char* quota, uint64_t limit) const;
 
   std::vector<TenantConfig> tenants_;
-  mutable std::mutex mu_;
-  std::map<std::string, State> state_;
+  mutable Mutex mu_;
+  std::map<std::string, State> state_ KVTIER_GUARDED_BY(mu_);
 };
 
 }  // namespace kvtier::net

@@ -13,7 +13,6 @@
 #include <thread>
 
 #include "common/buffer.h"
-#include "kv/test_payload.h"
 #include "net/server/tenant_registry.h"
 #include "net/testing/store_test_util.h"
 
@@ -21,9 +20,6 @@ namespace kvtier::net {
 namespace {
 
 using namespace kvtier::net::testing;  // NOLINT
-using kv::fill_payload;
-using kv::payload_matches;
-using kv::test_key;
 
 const std::string kTokenA = "token-of-tenant-a-0123456789";
 const std::string kTokenB = "token-of-tenant-b-0123456789";

@@ -10,7 +10,6 @@
 #include <filesystem>
 
 #include "common/buffer.h"
-#include "kv/test_payload.h"
 #include "net/testing/store_test_util.h"
 #include "net/wire/tls_certs.h"
 
@@ -18,9 +17,6 @@ namespace kvtier::net {
 namespace {
 
 using namespace kvtier::net::testing;  // NOLINT
-using kv::fill_payload;
-using kv::payload_matches;
-using kv::test_key;
 
 class StoreTls : public ::testing::Test {
  protected:

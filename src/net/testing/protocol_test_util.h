@@ -168,13 +168,8 @@ struct Sample {
 };
 
 inline std::vector<Sample> samples() {
-  kv::Namespace ns;
-  ns.model_id = "Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8";
-  ns.model_revision = "rev-7";
-  ns.tokenizer_id = "qwen3-tok@1";
-  ns.kv_dtype = "bf16";
-  ns.kv_layout = "NHD";
-  ns.tokens_per_block = 16;
+  auto ns =
+      kv::Namespace::of_model("Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8", "rev-7", "qwen3-tok@1");
   ns.tp_size = 4;
   ns.tp_rank = 3;
   ns.pp_size = 2;

@@ -19,6 +19,7 @@
 #include "blk/dev/mem_device.h"
 #include "common/testing/eventually.h"
 #include "kv/test_payload.h"
+#include "kv/testing/small_store.h"
 #include "net/client/remote_store.h"
 #include "net/server/server_config.h"
 #include "net/server/store_server.h"
@@ -30,20 +31,16 @@ using std::chrono::milliseconds;
 
 inline constexpr uint32_t kObj = 64 << 10;
 
+// The payload and key helpers every store-service test uses, so that a test
+// file needs only this header and `using namespace testing`.
+using kv::fill_payload;
+using kv::payload_matches;
+using kv::test_key;
 using kv::test_namespace;
 
 inline std::unique_ptr<kv::Store> small_store(uint64_t ram_slots = 64) {
-  kv::StoreOptions o;
-  o.ram_bytes = ram_slots * kObj;
-  o.max_object_bytes = kObj;
-  o.volume = std::make_shared<blk::MemDevice>(64 << 20);
-  o.disk.region_bytes = 1 << 20;
-  o.disk.flush_chunk_bytes = 256 << 10;
-  o.disk.read_depth = 8;
-  o.io_timeout_ms = 500;
-  auto s = kv::Store::open(o);
-  EXPECT_TRUE(s.ok()) << s.status().to_string();
-  return std::move(s).value();
+  return kv::testing::open_store(kv::testing::small_store_options(
+      std::make_shared<blk::MemDevice>(64 << 20), ram_slots, kObj));
 }
 
 inline ServerConfig test_config() {
