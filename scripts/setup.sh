@@ -18,6 +18,8 @@ PACKAGES=(
   # The exposition format is checked by a real Prometheus server.
   prometheus
   ccache
+  # A CPU hog, to check that the tests pass on a busy machine (README: "Tests").
+  stress-ng
   # An optimized BLAS for PyTorch (Debian's default alternative is the reference BLAS).
   libopenblas0-pthread
 )

@@ -123,21 +123,9 @@ kv::StoreOptions disk_store_options(const StoreBenchOptions& o,
   return so;
 }
 
-}  // namespace
-
-Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
-  if (o.object_bytes == 0 || o.object_bytes % 4096 != 0) {
-    return Status::invalid_argument("object size must be a non-zero multiple of 4096");
-  }
-  if (o.volume_bytes < 1ull << 30) return Status::invalid_argument("volume must be at least 1 GiB");
-  if (o.queue_depth == 0 || o.queue_depth > 256)
-    return Status::invalid_argument("queue depth in [1, 256]");
-  if (o.rounds == 0 || o.rounds > 99) return Status::invalid_argument("rounds in [1, 99]");
-  BenchReport report("kvtier bench store");
-  Step step{o};
+// The RAM tier's get rate against one thread's memcpy.
+Status measure_ram_get(const StoreBenchOptions& o, Step& step, BenchReport& report) {
   const double mib = static_cast<double>(o.object_bytes) / (1 << 20);
-
-  // RAM tier against memcpy.
   step(fmt::format("memcpy limit: {:.2f} MiB objects, 1 thread", mib));
   MemcpyLimit mc = measure_memcpy(o.object_bytes, o.ram_pool_bytes, o.seconds);
   step("RAM-tier get");
@@ -145,19 +133,30 @@ Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
   if (!ram.ok()) return ram.status();
   report.add({"ram_get", fmt::format("RAM get, {:.2f} MiB objects", mib), *ram / 1e9, "GB/s",
               mc.bytes_per_second / 1e9, "memcpy 1 thread", *ram / mc.bytes_per_second, 0.6});
+  return Status::ok_status();
+}
 
-  // Disk tier: writes by demotion, then cold reads, each against fio.
-  step("disk-tier writes (demotion + region flush)");
-  auto dev = open_volume(o);
-  if (!dev.ok()) return dev.status();
-  const uint64_t entry = kv::disk::entry_bytes(o.object_bytes);
-  uint64_t written_objects = 0;
-  const PayloadPool payloads(o.object_bytes);
+// What the disk-tier steps share: the volume and how much of it the store
+// filled.
+struct DiskBench {
+  std::shared_ptr<blk::UringDevice> dev;
+  uint64_t entry = 0;            // bytes of one block's on-disk entry
+  uint64_t written_objects = 0;  // blocks the write step leaves on the volume
   kv::DiskTierOptions dto;
+};
+
+// Writes by demotion (a full RAM tier demotes one block per put) against fio
+// sequential writes of the store's flush size, in paired rounds.
+Status measure_disk_writes(const StoreBenchOptions& o, const PayloadPool& payloads, DiskBench& d,
+                           BenchReport& report) {
+  auto& dev = d.dev;
+  auto& dto = d.dto;
+  auto& written_objects = d.written_objects;
+  const uint64_t entry = d.entry;
   double write_ratio = 0, write_rate = 0, fio_write_rate = 0;
   std::string fio_write_command;
   {
-    auto s = kv::Store::open(disk_store_options(o, *dev));
+    auto s = kv::Store::open(disk_store_options(o, dev));
     if (!s.ok()) return s.status();
     auto& store = **s;
     dto = store.options().disk;
@@ -223,9 +222,11 @@ Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
     report.note("demotions", store.local_stats().demotions);
     // fio overwrote what the store wrote: this store's disk copies are void.
   }
+  // fio overwrote what the store wrote: the volume is reopened fresh.
   ::unlink(o.volume_path.c_str());
-  dev = open_volume(o);
-  if (!dev.ok()) return dev.status();
+  auto reopened = open_volume(o);
+  if (!reopened.ok()) return reopened.status();
+  dev = *reopened;
   report.add({"disk_write", "disk-tier write (demotion + flush)", write_rate / 1e9, "GB/s",
               fio_write_rate / 1e9,
               fmt::format("fio seq write {}K qd{}", dto.flush_chunk_bytes >> 10,
@@ -233,18 +234,27 @@ Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
               write_ratio, 0.85});
   report.note("fio_write_command", fio_write_command);
 
-  // fio overwrote the volume: write it again (untimed) for the read test.
-  step("disk-tier cold get (O_DIRECT, nothing in RAM)");
-  {
-    auto s = kv::Store::open(disk_store_options(o, *dev));
-    if (!s.ok()) return s.status();
-    auto& store = **s;
-    auto ns = store.register_namespace(bench_namespace());
-    for (uint64_t i = 0; i < written_objects; ++i)
-      (void)store.put(*ns, kv::test_key(i), payloads.of(i));
-    Status cl = store.close();
-    if (!cl.ok()) return cl;
-  }
+  return Status::ok_status();
+}
+
+// Fills the volume again (untimed) and closes the store, for the read step.
+Status refill_volume(const StoreBenchOptions& o, const PayloadPool& payloads, const DiskBench& d) {
+  auto s = kv::Store::open(disk_store_options(o, d.dev));
+  if (!s.ok()) return s.status();
+  auto& store = **s;
+  auto ns = store.register_namespace(bench_namespace());
+  for (uint64_t i = 0; i < d.written_objects; ++i)
+    (void)store.put(*ns, kv::test_key(i), payloads.of(i));
+  return store.close();
+}
+
+// Cold batch gets from a reopened store (empty RAM tier) against fio random
+// reads of the entry size at the same depth, in paired rounds.
+Status measure_disk_reads(const StoreBenchOptions& o, const PayloadPool& payloads,
+                          const DiskBench& d, BenchReport& report) {
+  const auto& dev = d.dev;
+  const uint64_t entry = d.entry;
+  const uint64_t written_objects = d.written_objects;
   // The device is shared and its speed drifts (cloud disks, host caches), so
   // kvtier and fio take turns for o.rounds short rounds, in alternating order;
   // the ratio is the median of the per-round ratios and the rates shown are
@@ -254,7 +264,7 @@ Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
   std::string fio_read_command;
   {
     const uint64_t t_open = now_ns();
-    auto s = kv::Store::open(disk_store_options(o, *dev));
+    auto s = kv::Store::open(disk_store_options(o, dev));
     if (!s.ok()) return s.status();
     auto& store = **s;
     report.note("warm_restart_ms", (now_ns() - t_open) / 1e6);
@@ -329,57 +339,97 @@ Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
               fmt::format("fio randread {}K qd{}", entry >> 10, o.queue_depth),
               percentile(ratios, 0.5), 0.85});
   report.note("fio_read_command", fio_read_command);
+  return Status::ok_status();
+}
+
+// match_prefix over a 128K-token prompt (8,192 keys) in a store whose index
+// is sized for a million blocks.
+Status measure_match_prefix(BenchReport& report) {
+  kv::StoreOptions so;
+  so.max_object_bytes = 4096;
+  so.ram_bytes = 8192ull * 4096 + 4096 * 64;
+  so.index_capacity = 1000000;  // the table of a million-block store
+  auto s = kv::Store::open(so);
+  if (!s.ok()) return s.status();
+  auto& store = **s;
+  kv::Namespace nsd = bench_namespace();
+  auto ns = store.register_namespace(nsd);
+  std::vector<uint32_t> tokens(8192 * 16);
+  std::mt19937 rng(5);
+  for (auto& t : tokens) t = rng() % 151000;
+  const uint64_t k0 = now_ns();
+  auto keys = kv::chain_block_keys(nsd.scheme, nsd.digest(), 16, tokens);
+  report.note("chain_keys_128k_tokens_ms", (now_ns() - k0) / 1e6);
+  AlignedBuffer small(4096);
+  for (const auto& k : keys) (void)store.put(*ns, k, small.view());
+  std::vector<double> lat;
+  for (int i = 0; i < 2000; ++i) {
+    const uint64_t t0 = now_ns();
+    auto m = store.match_prefix(*ns, keys);
+    lat.push_back((now_ns() - t0) / 1e6);
+    if (!m.ok() || m->blocks != keys.size()) return Status::internal("match_prefix lost blocks");
+  }
+  const double p99 = percentile(lat, 0.99);
+  report.note("match_prefix_p50_ms", percentile(lat, 0.5));
+  report.add({"match_prefix_p99", "match_prefix 8,192 keys, p99", p99, "ms", 0.5, "bar 0.5 ms",
+              0.5 / p99, 1.0, false});
+  return Status::ok_status();
+}
+
+// The index's memory per block at one million blocks.
+Status measure_index_memory(BenchReport& report) {
+  kv::Index idx(1000000);
+  for (uint64_t i = 0; i < 1000000; ++i) {
+    kv::IndexRecord r;
+    r.key = kv::test_key(i + 1);
+    r.ram_slot = static_cast<uint32_t>(i);
+    if (idx.insert(r) != kv::Index::InsertResult::kInserted) {
+      return Status::internal("index refused a record below its capacity");
+    }
+  }
+  const double per = static_cast<double>(idx.memory_bytes()) / 1e6;
+  report.add({"index_bytes_per_block", "index memory at 1M blocks", per, "B/block", 48,
+              "bar 48 B/block", 48 / per, 1.0, false});
+  return Status::ok_status();
+}
+
+Status check_options(const StoreBenchOptions& o) {
+  if (o.object_bytes == 0 || o.object_bytes % 4096 != 0) {
+    return Status::invalid_argument("object size must be a non-zero multiple of 4096");
+  }
+  if (o.volume_bytes < 1ull << 30) return Status::invalid_argument("volume must be at least 1 GiB");
+  if (o.queue_depth == 0 || o.queue_depth > 256)
+    return Status::invalid_argument("queue depth in [1, 256]");
+  if (o.rounds == 0 || o.rounds > 99) return Status::invalid_argument("rounds in [1, 99]");
+  return Status::ok_status();
+}
+
+}  // namespace
+
+Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
+  KVTIER_RETURN_IF_ERROR(check_options(o));
+  BenchReport report("kvtier bench store");
+  Step step{o};
+  KVTIER_RETURN_IF_ERROR(measure_ram_get(o, step, report));
+
+  step("disk-tier writes (demotion + region flush)");
+  DiskBench disk;
+  auto dev = open_volume(o);
+  if (!dev.ok()) return dev.status();
+  disk.dev = *dev;
+  disk.entry = kv::disk::entry_bytes(o.object_bytes);
+  const PayloadPool payloads(o.object_bytes);
+  KVTIER_RETURN_IF_ERROR(measure_disk_writes(o, payloads, disk, report));
+
+  step("disk-tier cold get (O_DIRECT, nothing in RAM)");
+  KVTIER_RETURN_IF_ERROR(refill_volume(o, payloads, disk));
+  KVTIER_RETURN_IF_ERROR(measure_disk_reads(o, payloads, disk, report));
   if (!o.keep_volume) ::unlink(o.volume_path.c_str());
 
-  // match_prefix over a 128K-token prompt.
   step("match_prefix over 8,192 keys (128K tokens)");
-  {
-    kv::StoreOptions so;
-    so.max_object_bytes = 4096;
-    so.ram_bytes = 8192ull * 4096 + 4096 * 64;
-    so.index_capacity = 1000000;  // the table of a million-block store
-    auto s = kv::Store::open(so);
-    if (!s.ok()) return s.status();
-    auto& store = **s;
-    kv::Namespace nsd = bench_namespace();
-    auto ns = store.register_namespace(nsd);
-    std::vector<uint32_t> tokens(8192 * 16);
-    std::mt19937 rng(5);
-    for (auto& t : tokens) t = rng() % 151000;
-    const uint64_t k0 = now_ns();
-    auto keys = kv::chain_block_keys(nsd.scheme, nsd.digest(), 16, tokens);
-    report.note("chain_keys_128k_tokens_ms", (now_ns() - k0) / 1e6);
-    AlignedBuffer small(4096);
-    for (const auto& k : keys) (void)store.put(*ns, k, small.view());
-    std::vector<double> lat;
-    for (int i = 0; i < 2000; ++i) {
-      const uint64_t t0 = now_ns();
-      auto m = store.match_prefix(*ns, keys);
-      lat.push_back((now_ns() - t0) / 1e6);
-      if (!m.ok() || m->blocks != keys.size()) return Status::internal("match_prefix lost blocks");
-    }
-    const double p99 = percentile(lat, 0.99);
-    report.note("match_prefix_p50_ms", percentile(lat, 0.5));
-    report.add({"match_prefix_p99", "match_prefix 8,192 keys, p99", p99, "ms", 0.5, "bar 0.5 ms",
-                0.5 / p99, 1.0, false});
-  }
-
-  // Index memory at one million blocks.
+  KVTIER_RETURN_IF_ERROR(measure_match_prefix(report));
   step("index memory at 1,000,000 blocks");
-  {
-    kv::Index idx(1000000);
-    for (uint64_t i = 0; i < 1000000; ++i) {
-      kv::IndexRecord r;
-      r.key = kv::test_key(i + 1);
-      r.ram_slot = static_cast<uint32_t>(i);
-      if (idx.insert(r) != kv::Index::InsertResult::kInserted) {
-        return Status::internal("index refused a record below its capacity");
-      }
-    }
-    const double per = static_cast<double>(idx.memory_bytes()) / 1e6;
-    report.add({"index_bytes_per_block", "index memory at 1M blocks", per, "B/block", 48,
-                "bar 48 B/block", 48 / per, 1.0, false});
-  }
+  KVTIER_RETURN_IF_ERROR(measure_index_memory(report));
   step("done");
   return report;
 }
