@@ -127,7 +127,13 @@ class DiskTier {
   DiskTier(std::shared_ptr<blk::BlockDevice> device, const DiskTierOptions& options, Index* index,
            NamespaceTable* namespaces);
   Status init();
-  Status format();
+  Status check_options();
+  Status plan_layout(uint64_t* data_offset, uint64_t* ckpt_cap);
+  bool read_superblock(uint64_t data_offset, uint64_t ckpt_cap, std::string* why)
+      KVTIER_REQUIRES(mu_);
+  Status format(uint64_t data_offset, uint64_t ckpt_cap, const std::string& why)
+      KVTIER_REQUIRES(mu_);
+  Status recover() KVTIER_REQUIRES(mu_);
   Status write_superblock();
   Status load_checkpoint() KVTIER_REQUIRES(mu_);
   Status scan_regions() KVTIER_REQUIRES(mu_);

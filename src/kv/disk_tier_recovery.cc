@@ -26,7 +26,8 @@ Status DiskTier::reserve_seq_locked() {
   return write_superblock();
 }
 
-Status DiskTier::init() {
+// The options and the device's block size and alignment, before any I/O.
+Status DiskTier::check_options() {
   const uint32_t bs = dev_->block_size();
   if (bs == 0 || kPageBytes % bs != 0) {
     return Status::invalid_argument(
@@ -52,7 +53,11 @@ Status DiskTier::init() {
   if (opts_.write_buffers < 2) return Status::invalid_argument("write_buffers must be >= 2");
   if (opts_.read_depth < 1) return Status::invalid_argument("read_depth must be >= 1");
   if (opts_.checkpoint_min_entry_bytes < kPageBytes) opts_.checkpoint_min_entry_bytes = kPageBytes;
+  return Status::ok_status();
+}
 
+// Places the checkpoint area and the regions on the volume.
+Status DiskTier::plan_layout(uint64_t* data_offset_out, uint64_t* ckpt_cap_out) {
   const uint64_t cap = dev_->capacity();
   const uint64_t max_regions = cap / opts_.region_bytes + 1;
   const uint64_t ckpt_cap =
@@ -72,27 +77,19 @@ Status DiskTier::init() {
   data_first_page_ = static_cast<uint32_t>(data_offset / kPageBytes);
   regions = std::min<uint64_t>(regions, (max_pages - data_first_page_) / pages_per_region_);
   region_count_ = static_cast<uint32_t>(regions);
+  *data_offset_out = data_offset;
+  *ckpt_cap_out = ckpt_cap;
+  return Status::ok_status();
+}
 
-  // Nothing else sees the tier yet; holding mu_ from here on lets the
-  // thread-safety check see every region access as guarded.
-  MutexLock lock(mu_);
-  regions_.resize(region_count_);
-  for (unsigned i = 0; i < opts_.write_buffers; ++i) {
-    write_bufs_.emplace_back(opts_.region_bytes, kDirectIoAlignment, /*zero=*/true);
-    free_write_bufs_.push_back(static_cast<int>(i));
-  }
-  stage_ = std::make_shared<StagePool>(opts_.read_depth, max_entry_bytes_);
-  register_buffers();
-  const blk::DeviceCapabilities caps = dev_->capabilities();
-  direct_ok_ = opts_.direct_reads == DiskTierOptions::DirectReads::kAlways ||
-               (opts_.direct_reads == DiskTierOptions::DirectReads::kAuto && caps.direct_reads &&
-                caps.registered_buffers);
-
-  // Superblock.
+// Reads the superblock; true when it describes this layout, else `why` says
+// what was found.
+bool DiskTier::read_superblock(uint64_t data_offset, uint64_t ckpt_cap, std::string* why_out) {
   AlignedBuffer page(kPageBytes, kDirectIoAlignment, true);
   Status rs = dev_->read_sync(0, page.view());
   bool valid = false;
-  std::string why = "no valid kvtier superblock";
+  std::string& why = *why_out;
+  why = "no valid kvtier superblock";
   if (rs.ok()) {
     std::memcpy(&sb_, page.data(), sizeof(sb_));
     // Version 1 superblocks were 80 bytes: their CRC covers less, so tell
@@ -110,44 +107,79 @@ Status DiskTier::init() {
             sb_.region_count == region_count_ && sb_.checkpoint_capacity == ckpt_cap &&
             sb_.checkpoint_offset == kPageBytes;
   }
-  if (!valid) {
+  return valid;
+}
+
+// A fresh superblock for this layout, written to the volume.
+Status DiskTier::format(uint64_t data_offset, uint64_t ckpt_cap, const std::string& why) {
+  spdlog::info("disk tier: {} has {}", dev_->name(), why);
+  sb_ = Superblock{};
+  sb_.magic = kSuperMagic;
+  sb_.version = kFormatVersion;
+  sb_.page_bytes = kPageBytes;
+  sb_.volume_id = random_volume_id();
+  sb_.region_bytes = opts_.region_bytes;
+  sb_.data_offset = data_offset;
+  sb_.checkpoint_offset = kPageBytes;
+  sb_.checkpoint_capacity = ckpt_cap;
+  sb_.region_count = region_count_;
+  sb_.checkpoint_state = kNoCheckpoint;
+  sb_.seq_floor = 1;
+  spdlog::info("disk tier: formatting {} ({} regions of {} bytes)", dev_->name(), region_count_,
+               opts_.region_bytes);
+  return write_superblock();
+}
+
+// The volume's blocks back into the index: from the checkpoint when it is
+// valid, else by scanning every region.
+Status DiskTier::recover() {
+  Status loaded = Status::not_found("no checkpoint");
+  if (sb_.checkpoint_state == kCheckpointValid) {
+    loaded = load_checkpoint();
+    if (!loaded.ok())
+      spdlog::warn("disk tier: checkpoint unusable ({}), scanning", loaded.to_string());
+  }
+  if (loaded.ok()) c_->recovered_from_checkpoint = true;
+  // A checkpoint is good once, and a bad one is never good: invalidate it
+  // before accepting writes, so a crash from here on is followed by a scan.
+  if (sb_.checkpoint_state != kNoCheckpoint) {
+    sb_.checkpoint_state = kNoCheckpoint;
+    KVTIER_RETURN_IF_ERROR(write_superblock());
+  }
+  if (!loaded.ok()) KVTIER_RETURN_IF_ERROR(scan_regions());
+  return Status::ok_status();
+}
+
+Status DiskTier::init() {
+  KVTIER_RETURN_IF_ERROR(check_options());
+  uint64_t data_offset = 0, ckpt_cap = 0;
+  KVTIER_RETURN_IF_ERROR(plan_layout(&data_offset, &ckpt_cap));
+  // Nothing else sees the tier yet; holding mu_ from here on lets the
+  // thread-safety check see every region access as guarded.
+  MutexLock lock(mu_);
+  regions_.resize(region_count_);
+  for (unsigned i = 0; i < opts_.write_buffers; ++i) {
+    write_bufs_.emplace_back(opts_.region_bytes, kDirectIoAlignment, /*zero=*/true);
+    free_write_bufs_.push_back(static_cast<int>(i));
+  }
+  stage_ = std::make_shared<StagePool>(opts_.read_depth, max_entry_bytes_);
+  register_buffers();
+  const blk::DeviceCapabilities caps = dev_->capabilities();
+  direct_ok_ = opts_.direct_reads == DiskTierOptions::DirectReads::kAlways ||
+               (opts_.direct_reads == DiskTierOptions::DirectReads::kAuto && caps.direct_reads &&
+                caps.registered_buffers);
+
+  std::string why;
+  if (read_superblock(data_offset, ckpt_cap, &why)) {
+    KVTIER_RETURN_IF_ERROR(recover());
+  } else {
     if (!opts_.format_if_invalid) {
       return Status::failed_precondition(
           fmt::format("volume {} has {}; reformat it (it is a cache) or open it with "
                       "format_if_invalid",
                       dev_->name(), why));
     }
-    spdlog::info("disk tier: {} has {}", dev_->name(), why);
-    sb_ = Superblock{};
-    sb_.magic = kSuperMagic;
-    sb_.version = kFormatVersion;
-    sb_.page_bytes = kPageBytes;
-    sb_.volume_id = random_volume_id();
-    sb_.region_bytes = opts_.region_bytes;
-    sb_.data_offset = data_offset;
-    sb_.checkpoint_offset = kPageBytes;
-    sb_.checkpoint_capacity = ckpt_cap;
-    sb_.region_count = region_count_;
-    sb_.checkpoint_state = kNoCheckpoint;
-    sb_.seq_floor = 1;
-    spdlog::info("disk tier: formatting {} ({} regions of {} bytes)", dev_->name(), region_count_,
-                 opts_.region_bytes);
-    KVTIER_RETURN_IF_ERROR(write_superblock());
-  } else {
-    Status loaded = Status::not_found("no checkpoint");
-    if (sb_.checkpoint_state == kCheckpointValid) {
-      loaded = load_checkpoint();
-      if (!loaded.ok())
-        spdlog::warn("disk tier: checkpoint unusable ({}), scanning", loaded.to_string());
-    }
-    if (loaded.ok()) c_->recovered_from_checkpoint = true;
-    // A checkpoint is good once, and a bad one is never good: invalidate it
-    // before accepting writes, so a crash from here on is followed by a scan.
-    if (sb_.checkpoint_state != kNoCheckpoint) {
-      sb_.checkpoint_state = kNoCheckpoint;
-      KVTIER_RETURN_IF_ERROR(write_superblock());
-    }
-    if (!loaded.ok()) KVTIER_RETURN_IF_ERROR(scan_regions());
+    KVTIER_RETURN_IF_ERROR(format(data_offset, ckpt_cap, why));
   }
   rebuild_fifo();
   // Never hand out a generation that a crashed run may have used.
