@@ -414,9 +414,13 @@ Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
 
   step("disk-tier writes (demotion + region flush)");
   DiskBench disk;
-  auto dev = open_volume(o);
-  if (!dev.ok()) return dev.status();
-  disk.dev = *dev;
+  {
+    // `disk` holds the only reference: the write step replaces it, and the
+    // old volume closes then (its unlinked file's space is freed).
+    auto dev = open_volume(o);
+    if (!dev.ok()) return dev.status();
+    disk.dev = std::move(*dev);
+  }
   disk.entry = kv::disk::entry_bytes(o.object_bytes);
   const PayloadPool payloads(o.object_bytes);
   KVTIER_RETURN_IF_ERROR(measure_disk_writes(o, payloads, disk, report));

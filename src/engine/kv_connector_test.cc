@@ -24,6 +24,8 @@ struct ConnectorFixture {
     kv::StoreOptions o = kv::testing::small_store_options(
         std::make_shared<blk::MemDevice>(64 << 20), ram_slots, kBlock);
     o.disk.max_payload_bytes = kBlock;
+    o.disk.read_depth = kv::DiskTierOptions{}.read_depth;  // the defaults, as a real engine
+    o.io_timeout_ms = kv::StoreOptions{}.io_timeout_ms;    // would run with
     o.promote_on_disk_hit = false;  // keep the tiers where the saves left them
     store = kv::testing::open_store(o);
     const auto ns = kv::Namespace::of_model("connector-test", "1", "test", 16, "bf16", "test");

@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "common/crc32c.h"
 #include "common/fresh_pages.h"
+#include "common/mutex_unlock.h"
 #include "kv/disk_tier_internal.h"
 
 namespace kvtier::kv {
@@ -172,9 +173,10 @@ Status DiskTier::make_room_locked(uint64_t need, uint64_t deadline_ns) {
         continue;
       }
       auto chunks = seal_open_locked();
-      mu_.unlock();
-      submit_writes(std::move(chunks));
-      mu_.lock();
+      {
+        MutexUnlock unlocked(mu_);
+        submit_writes(std::move(chunks));
+      }
       continue;
     }
     opening_ = true;
@@ -325,7 +327,7 @@ Status DiskTier::open_region_locked(uint64_t deadline_ns) {
     c_->regions_reclaimed.fetch_add(1, kRelaxed);
     if (!hot.empty()) {
       // Read the hot entries back without holding mu_ (completions need it).
-      mu_.unlock();
+      MutexUnlock unlocked(mu_);
       for (Hot& h : hot) {
         h.data = AlignedBuffer(entry_bytes(h.rec.length), kDirectIoAlignment);
         uint64_t off = static_cast<uint64_t>(h.rec.disk_page) * kPageBytes;
@@ -334,7 +336,6 @@ Status DiskTier::open_region_locked(uint64_t deadline_ns) {
                            h.rec.length)
                    .ok();
       }
-      mu_.lock();
     }
   }
   Status reserved = reserve_seq_locked();

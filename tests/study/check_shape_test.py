@@ -30,9 +30,12 @@ def run(long_cases, strict=False, policy="load"):
 
 
 failures = []
+checks = 0
 
 
 def expect(name, got_rc, want_rc, out):
+    global checks
+    checks += 1
     if got_rc != want_rc:
         failures.append(f"{name}: exit {got_rc}, wanted {want_rc}\n{out}")
 
@@ -73,6 +76,18 @@ f_slow = dict(good, F=case(0.6, 2.0 * RECOMPUTE))
 rc, out = run(f_slow)
 expect("F not above C", rc, 1, out)
 
+# F's own disk rate below DISK_MARGIN x recompute (a busy machine): its
+# throughput rules are reported, even under --strict; its count rules are not.
+f_busy = dict(good, F=case(0.6, 1.0 * RECOMPUTE))
+rc, out = run(f_busy, strict=True)
+expect("F slowed by a busy machine, strict", rc, 0, out)
+f_no_disk = dict(good, F=case(0.9))
+rc, out = run(f_no_disk)
+expect("F loads nothing from its disk", rc, 1, out)
+f_no_more_hits = dict(good, F=case(1.0, 2.0 * RECOMPUTE, hit=0.2))
+rc, out = run(f_no_more_hits)
+expect("F's store serves no more than C's", rc, 1, out)
+
 # Under the race a disk at 0.8x recompute still saves time: the rules apply.
 rc, out = run(slow, policy="race")
 expect("slow disk under the race, D below C", rc, 1, out)
@@ -90,5 +105,5 @@ expect("F below D under the race", rc, 0, out)
 
 for f in failures:
     print("FAIL: " + f)
-print(f"{12 - len(failures)} of 12 checks passed")
+print(f"{checks - len(failures)} of {checks} checks passed")
 sys.exit(1 if failures else 0)
