@@ -40,9 +40,9 @@ has only the disk. So the throughput rule holds only where F's disk-only load
 rate, measured in the same run, is at least DISK_MARGIN times the recompute
 rate (under either load policy), and this gate applies under --strict too: a
 busy machine slows the store's CPU work (checksums, copies) but not the modeled
-GPU, and the run then prints F's rate and why the rule was not enforced. What
-does not depend on speed is always enforced: F loads blocks from its disk, and
-its store serves a larger share of the prompt blocks than C's RAM-only store.
+GPU, and the run then prints F's rate and why the rule was not enforced. Under
+the study's connector (whole prefixes loaded) F must have loaded blocks from
+its disk whatever its speed.
 """
 import json
 import sys
@@ -113,13 +113,12 @@ def main():
                   f"than {margin}x the {recompute / 1e9:.2f} GB/s at which the modeled GPU "
                   "regenerates KV, so disk-served prefixes cannot clearly beat recomputation on "
                   "this machine; not enforced:\n  " + "\n  ".join(soft), file=sys.stderr)
-        if f is not None:
-            f_case = r["protocols"][lr].get("F", {})
-            if disk_rate("F") <= 0:
-                failures.append("long reuse: F loaded no blocks from its disk")
-            if f_case.get("store_hit_share", 0) <= r["protocols"][lr]["C"].get(
-                    "store_hit_share", 0):
-                failures.append("long reuse: F's store serves no more than C's")
+        # Under the study's connector every cached prefix is loaded whole, so
+        # F must have read blocks from its disk. (Under the race a slow disk
+        # may rightly be left to the back of few prefixes, and F's store hit
+        # share then depends on its rate too: neither is a count there.)
+        if f is not None and not race and disk_rate("F") <= 0:
+            failures.append("long reuse: F loaded no blocks from its disk")
         f_cheap = disk_rate("F") >= DISK_MARGIN * recompute
         if (cheap or strict) and f_cheap:
             failures += f_soft

@@ -76,6 +76,7 @@ f_slow = dict(good, F=case(0.6, 2.0 * RECOMPUTE))
 rc, out = run(f_slow)
 expect("F not above C", rc, 1, out)
 
+race_good_base = dict(good, D=case(1.0, 0.8 * RECOMPUTE))
 # F's own disk rate below DISK_MARGIN x recompute (a busy machine): its
 # throughput rules are reported, even under --strict; its count rules are not.
 f_busy = dict(good, F=case(0.6, 1.0 * RECOMPUTE))
@@ -84,9 +85,11 @@ expect("F slowed by a busy machine, strict", rc, 0, out)
 f_no_disk = dict(good, F=case(0.9))
 rc, out = run(f_no_disk)
 expect("F loads nothing from its disk", rc, 1, out)
-f_no_more_hits = dict(good, F=case(1.0, 2.0 * RECOMPUTE, hit=0.2))
-rc, out = run(f_no_more_hits)
-expect("F's store serves no more than C's", rc, 1, out)
+# Under the race a slow F may serve fewer blocks than C (a run under a CPU hog
+# did): its hit share is reported, not held to C's.
+f_fewer_hits = dict(race_good_base, F=case(0.9, 0.3 * RECOMPUTE, hit=0.1))
+rc, out = run(f_fewer_hits, policy="race")
+expect("F serving fewer blocks than C under the race", rc, 0, out)
 
 # Under the race a disk at 0.8x recompute still saves time: the rules apply.
 rc, out = run(slow, policy="race")
