@@ -270,10 +270,15 @@ nlohmann::json StudyReport::json(bool with_samples) const {
   return j;
 }
 
-std::string StudyReport::markdown() const {
-  std::string md = "# kvtier study report\n\n";
+namespace {
+
+// The run's setup: workload, profile, service, limits and the policies in force.
+std::string setup_section(const StudyReport& rep) {
+  const auto& options = rep.options;
+  const auto& workload = rep.workload;
+  const auto& limits = rep.limits;
   const auto& p = options.profile;
-  md += fmt::format(
+  std::string md = fmt::format(
       "Workload `{}`: {} sessions, {} requests, mean prompt {:.0f} tokens, blocks of {} workload "
       "tokens ({} records read, {} skipped). Profile `{}` (prefill {:.0f} tokens/s, {} KiB KV per "
       "token; byte scale {:.0f}). Service: {} prefill x {} decode replicas, at most {} requests in "
@@ -310,7 +315,7 @@ std::string StudyReport::markdown() const {
   {
     double overlap = 0;
     uint32_t threads = 0;
-    for (const auto& r : results) {
+    for (const auto& r : rep.results) {
       overlap += r.replica_overlap_wall_s;
       threads = std::max(threads, r.replica_threads);
     }
@@ -326,97 +331,120 @@ std::string StudyReport::markdown() const {
                     "(`--overlap-replicas` lets them overlap).\n\n",
                     threads);
   }
-  int table = 6;
-  for (const auto& proto : protocols_of(results)) {
-    const CaseResult* a = find(results, proto, StudyCase::kA);
-    const char* title = proto == "short-reuse"  ? "Experiment 1 (short reuse) complete results"
-                        : proto == "long-reuse" ? "Experiment 2 (long reuse) complete results"
-                                                : "results";
-    md += fmt::format("## Table {}. {} ({})\n\n", proto == "long-reuse" ? 7 : table, title, proto);
-    md +=
-        "| case | requests/s | vs recompute | TTFT p50 s | TTFT p90 s | TTFT p99 s | HBM hits | "
-        "store hits | store-load events | device reads | device writes | stayed on preferred |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
-    for (const auto& r : results) {
-      if (r.protocol != proto) continue;
-      const auto& s = case_spec(r.id);
-      if (!r.available) {
-        md += fmt::format("| {} {} | {} | | | | | | | | | | |\n", s.letter, s.name,
-                          r.unavailable_reason);
-        continue;
-      }
-      const double blocks = static_cast<double>(r.prompt_blocks);
-      md += fmt::format(
-          "| {} {} | {:.3f} | {:.2f}x | {:.2f} | {:.2f} | {:.2f} | {:.1f}% | {:.1f}% | {} | {} | "
-          "{} "
-          "| {:.1f}% |\n",
-          s.letter, s.name, r.throughput_rps,
-          a ? safe_ratio(r.throughput_rps, a->throughput_rps) : 0.0, percentile(r.ttft_s, 50),
-          percentile(r.ttft_s, 90), percentile(r.ttft_s, 99),
-          100 * safe_ratio(static_cast<double>(r.hbm_hit_blocks), blocks),
-          100 * safe_ratio(static_cast<double>(r.store_hit_blocks), blocks), r.store_load_events,
-          bytes_h(static_cast<double>(r.device_read_bytes) * r.byte_scale),
-          bytes_h(static_cast<double>(r.device_write_bytes) * r.byte_scale),
-          100 *
-              safe_ratio(static_cast<double>(r.stayed_turns), static_cast<double>(r.later_turns)));
+  return md;
+}
+
+// One protocol's main table: throughput against recompute, TTFT, hit shares, device bytes.
+// The study numbers these tables 6 (short reuse) and 7 (long reuse).
+std::string results_table(const std::vector<CaseResult>& results, const std::string& proto) {
+  const CaseResult* a = find(results, proto, StudyCase::kA);
+  const char* title = proto == "short-reuse"  ? "Experiment 1 (short reuse) complete results"
+                      : proto == "long-reuse" ? "Experiment 2 (long reuse) complete results"
+                                              : "results";
+  std::string md =
+      fmt::format("## Table {}. {} ({})\n\n", proto == "long-reuse" ? 7 : 6, title, proto);
+  md +=
+      "| case | requests/s | vs recompute | TTFT p50 s | TTFT p90 s | TTFT p99 s | HBM hits | "
+      "store hits | store-load events | device reads | device writes | stayed on preferred |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& r : results) {
+    if (r.protocol != proto) continue;
+    const auto& s = case_spec(r.id);
+    if (!r.available) {
+      md += fmt::format("| {} {} | {} | | | | | | | | | | |\n", s.letter, s.name,
+                        r.unavailable_reason);
+      continue;
     }
-    md += fmt::format("\n### Mechanism ({}): store, RAM, storage and network\n\n", proto);
-    md +=
-        "| case | RAM eviction cycles | RAM eviction volume | loads from RAM / disk (blocks) | "
-        "store load rate (all / disk only) | write refusals | network (PD) | same / cross-session "
-        "reuse | gross "
-        "busy-time saved | verify failures |\n|---|---|---|---|---|---|---|---|---|---|\n";
+    const double blocks = static_cast<double>(r.prompt_blocks);
+    md += fmt::format(
+        "| {} {} | {:.3f} | {:.2f}x | {:.2f} | {:.2f} | {:.2f} | {:.1f}% | {:.1f}% | {} | {} | "
+        "{} "
+        "| {:.1f}% |\n",
+        s.letter, s.name, r.throughput_rps,
+        a ? safe_ratio(r.throughput_rps, a->throughput_rps) : 0.0, percentile(r.ttft_s, 50),
+        percentile(r.ttft_s, 90), percentile(r.ttft_s, 99),
+        100 * safe_ratio(static_cast<double>(r.hbm_hit_blocks), blocks),
+        100 * safe_ratio(static_cast<double>(r.store_hit_blocks), blocks), r.store_load_events,
+        bytes_h(static_cast<double>(r.device_read_bytes) * r.byte_scale),
+        bytes_h(static_cast<double>(r.device_write_bytes) * r.byte_scale),
+        100 * safe_ratio(static_cast<double>(r.stayed_turns), static_cast<double>(r.later_turns)));
+  }
+  return md;
+}
+
+// One protocol's mechanism table: where loads came from, how fast, what was evicted and sent.
+std::string mechanism_table(const std::vector<CaseResult>& results, const std::string& proto) {
+  std::string md = fmt::format("\n### Mechanism ({}): store, RAM, storage and network\n\n", proto);
+  md +=
+      "| case | RAM eviction cycles | RAM eviction volume | loads from RAM / disk (blocks) | "
+      "store load rate (all / disk only) | write refusals | network (PD) | same / cross-session "
+      "reuse | gross "
+      "busy-time saved | verify failures |\n|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& r : results) {
+    if (r.protocol != proto || !r.available) continue;
+    const auto& s = case_spec(r.id);
+    const double reused = static_cast<double>(r.same_session_blocks + r.cross_session_blocks);
+    md += fmt::format(
+        "| {} | {} | {} | {} / {} | {} / {} | {} | {} | {:.1f}% / {:.1f}% | {:.1f}% | {} |\n",
+        s.letter, r.ram_evictions,
+        bytes_h(static_cast<double>(r.ram_eviction_bytes) * r.byte_scale), r.store_blocks_from_ram,
+        r.store_blocks_from_disk,
+        r.store_load_wall_s > 0 ? fmt::format("{:.2f} GB/s", load_rate(r) / 1e9) : "-",
+        r.store_disk_load_wall_s > 0 ? fmt::format("{:.2f} GB/s", disk_load_rate(r) / 1e9) : "-",
+        r.write_refusals,
+        bytes_h(static_cast<double>(r.network_bytes) * r.byte_scale) +
+            (r.pd_wall_s > 0 ? fmt::format(" ({} {:.2f} GB/s)", r.pd_transfer,
+                                           static_cast<double>(r.network_bytes) / r.pd_wall_s / 1e9)
+                             : " (" + r.pd_transfer + ")"),
+        100 * safe_ratio(static_cast<double>(r.same_session_blocks), reused),
+        100 * safe_ratio(static_cast<double>(r.cross_session_blocks), reused),
+        100 * r.gross_busy_saved_ratio, r.verify_failures);
+  }
+  return md + "\n";
+}
+
+// Table 9: long reuse (or the last protocol) median TTFT by prompt length.
+std::string ttft_by_length_table(const StudyReport& rep) {
+  const auto& results = rep.results;
+  const auto& workload = rep.workload;
+  const auto protos = protocols_of(results);
+  if (protos.empty()) return "";
+  const std::string proto = std::find(protos.begin(), protos.end(), "long-reuse") != protos.end()
+                                ? "long-reuse"
+                                : protos.back();
+  std::string md = fmt::format(
+      "## Table 9. Median user TTFT in seconds by prompt length ({})\n\n| group "
+      "| requests |",
+      proto);
+  std::string sep = "|---|---|";
+  for (const auto& r : results) {
+    if (r.protocol == proto && r.available) {
+      md += fmt::format(" {} |", case_spec(r.id).letter);
+      sep += "---|";
+    }
+  }
+  md += "\n" + sep + "\n";
+  for (uint32_t g = 0; g < workload.group_labels.size(); ++g) {
+    md += fmt::format("| {} | {} |", workload.group_labels[g], workload.group_counts[g]);
     for (const auto& r : results) {
-      if (r.protocol != proto || !r.available) continue;
-      const auto& s = case_spec(r.id);
-      const double reused = static_cast<double>(r.same_session_blocks + r.cross_session_blocks);
-      md += fmt::format(
-          "| {} | {} | {} | {} / {} | {} / {} | {} | {} | {:.1f}% / {:.1f}% | {:.1f}% | {} |\n",
-          s.letter, r.ram_evictions,
-          bytes_h(static_cast<double>(r.ram_eviction_bytes) * r.byte_scale),
-          r.store_blocks_from_ram, r.store_blocks_from_disk,
-          r.store_load_wall_s > 0 ? fmt::format("{:.2f} GB/s", load_rate(r) / 1e9) : "-",
-          r.store_disk_load_wall_s > 0 ? fmt::format("{:.2f} GB/s", disk_load_rate(r) / 1e9) : "-",
-          r.write_refusals,
-          bytes_h(static_cast<double>(r.network_bytes) * r.byte_scale) +
-              (r.pd_wall_s > 0
-                   ? fmt::format(" ({} {:.2f} GB/s)", r.pd_transfer,
-                                 static_cast<double>(r.network_bytes) / r.pd_wall_s / 1e9)
-                   : " (" + r.pd_transfer + ")"),
-          100 * safe_ratio(static_cast<double>(r.same_session_blocks), reused),
-          100 * safe_ratio(static_cast<double>(r.cross_session_blocks), reused),
-          100 * r.gross_busy_saved_ratio, r.verify_failures);
+      if (r.protocol == proto && r.available) {
+        md += fmt::format(" {:.2f} |", group_percentile(r, g, 50));
+      }
     }
     md += "\n";
   }
-  // Table 9: long reuse (or the last protocol) median TTFT by prompt length.
-  const auto protos = protocols_of(results);
-  if (!protos.empty()) {
-    const std::string proto = std::find(protos.begin(), protos.end(), "long-reuse") != protos.end()
-                                  ? "long-reuse"
-                                  : protos.back();
-    md += fmt::format(
-        "## Table 9. Median user TTFT in seconds by prompt length ({})\n\n| group "
-        "| requests |",
-        proto);
-    std::string sep = "|---|---|";
-    for (const auto& r : results) {
-      if (r.protocol == proto && r.available) {
-        md += fmt::format(" {} |", case_spec(r.id).letter);
-        sep += "---|";
-      }
-    }
-    md += "\n" + sep + "\n";
-    for (uint32_t g = 0; g < workload.group_labels.size(); ++g) {
-      md += fmt::format("| {} | {} |", workload.group_labels[g], workload.group_counts[g]);
-      for (const auto& r : results) {
-        if (r.protocol == proto && r.available) {
-          md += fmt::format(" {:.2f} |", group_percentile(r, g, 50));
-        }
-      }
-      md += "\n";
-    }
+  return md;
+}
+
+}  // namespace
+
+std::string StudyReport::markdown() const {
+  std::string md = "# kvtier study report\n\n" + setup_section(*this);
+  for (const auto& proto : protocols_of(results)) {
+    md += results_table(results, proto);
+    md += mechanism_table(results, proto);
   }
+  md += ttft_by_length_table(*this);
   md += fmt::format("\nWall time of the whole run: {:.1f} s.\n", wall_s);
   return md;
 }

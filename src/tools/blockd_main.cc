@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,94 +40,137 @@ int64_t resolve_id(const std::string& s, bool is_group) {
   return p ? static_cast<int64_t>(p->pw_uid) : -2;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{
-      "kvtier-blockd: storage-engine daemon (volumes, RAID, partitions, QoS) managed over gRPC; "
-      "use `kvtier blk ...` to talk to it"};
+// Everything the command line sets.
+struct BlockdArgs {
   std::string config;
-  blockd::ServerOptions so;
+  blockd::ServerOptions server;
+  std::string socket_user, socket_group;
+  blockd::VolumePolicy policy;
   std::string metrics_address = "127.0.0.1";
   int metrics_port = 0;
   bool no_metrics = false;
   blk::HealthOptions health;
-  app.add_option("--config", config,
+  blk::RaidRuntimeOptions raid;
+};
+
+void add_management_options(CLI::App& app, BlockdArgs& a) {
+  app.add_option("--config", a.config,
                  "Config file (versioned JSON, rewritten atomically on every change; created if "
                  "missing)")
       ->required();
-  std::string socket_user, socket_group;
-  blockd::VolumePolicy policy;
-  app.add_option("--socket", so.socket_path,
+  app.add_option("--socket", a.server.socket_path,
                  "Unix socket of the management API, mode 0600 (0660 with --socket-group); "
                  "callers are checked by their kernel credentials (\"\" = none)")
       ->capture_default_str();
-  app.add_option("--socket-user", socket_user,
+  app.add_option("--socket-user", a.socket_user,
                  "Owner of the socket, who may manage the daemon besides root (name or uid)");
-  app.add_option("--socket-group", socket_group,
+  app.add_option("--socket-group", a.socket_group,
                  "Group of the socket, whose members may manage the daemon (name or gid)");
-  app.add_option("--tcp-listen", so.tcp_listen,
+  app.add_option("--tcp-listen", a.server.tcp_listen,
                  "Also serve the API on TCP host:port, only with mutual TLS (--tls-*)");
-  app.add_option("--tls-cert", so.tls_cert_file, "TLS: the daemon's certificate (PEM)");
-  app.add_option("--tls-key", so.tls_key_file, "TLS: the daemon's private key (PEM)");
-  app.add_option("--tls-client-ca", so.tls_client_ca_file,
+  app.add_option("--tls-cert", a.server.tls_cert_file, "TLS: the daemon's certificate (PEM)");
+  app.add_option("--tls-key", a.server.tls_key_file, "TLS: the daemon's private key (PEM)");
+  app.add_option("--tls-client-ca", a.server.tls_client_ca_file,
                  "TLS: CA (PEM) that every client certificate must chain to");
-  app.add_option("--allow-host", so.allowed_hosts,
+  app.add_option("--allow-host", a.server.allowed_hosts,
                  "TCP: also require TLS clients to come from these addresses (repeatable)");
-  app.add_option("--volume-dir", policy.volume_dirs,
+}
+
+void add_volume_options(CLI::App& app, BlockdArgs& a) {
+  app.add_option("--volume-dir", a.policy.volume_dirs,
                  "Folder where file volumes may be created and opened (repeatable; not "
                  "writable by group or others). Nothing else is opened.");
-  app.add_option("--device", policy.devices,
+  app.add_option("--device", a.policy.devices,
                  "Block device that may be used as a volume, by this exact path (repeatable)");
-  app.add_option("--export-address", policy.export_addresses,
+  app.add_option("--export-address", a.policy.export_addresses,
                  "Address other than loopback that NVMe/TCP exports may listen on (repeatable)");
-  app.add_flag("--allow-any-host-exports", policy.allow_any_host_exports,
+  app.add_flag("--allow-any-host-exports", a.policy.allow_any_host_exports,
                "Let exports set allow_any_host (any host NQN may connect)");
-  app.add_option("--metrics-address", metrics_address, "Address of the /metrics endpoint")
-      ->capture_default_str();
-  app.add_option("--metrics-port", metrics_port, "Port of /metrics (0 picks a free one)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 65535));
-  app.add_flag("--no-metrics", no_metrics, "Do not serve /metrics");
-  app.add_option("--degraded-after", health.degraded_after,
+  app.add_option("--degraded-after", a.health.degraded_after,
                  "I/O errors after which a volume's state says degraded (0: never)")
       ->capture_default_str();
-  app.add_option("--error-budget", health.error_budget,
+  app.add_option("--error-budget", a.health.error_budget,
                  "I/O errors after which a volume is failed: every request then fails at once, so "
                  "an array takes the member out instead of waiting on it (0: never)")
       ->capture_default_str();
-  blk::RaidRuntimeOptions raid;
-  app.add_flag("--assemble-dirty-degraded", raid.force_dirty_degraded,
+  app.add_flag("--assemble-dirty-degraded", a.raid.force_dirty_degraded,
                "Assemble parity arrays that come back degraded with rows that were being "
                "written (the write hole) instead of refusing them; those rows stay marked dirty");
-  CLI11_PARSE(app, argc, argv);
-  init_logging();
-  {
-    // Every management connection and volume is a descriptor: use all the
-    // hard limit allows, so that many clients exhaust a bound the operator set,
-    // not the 1,024 a shell's soft limit often is.
-    rlimit rl{};
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-      rl.rlim_cur = rl.rlim_max;
-      (void)setrlimit(RLIMIT_NOFILE, &rl);
-    }
+}
+
+void add_metrics_options(CLI::App& app, BlockdArgs& a) {
+  app.add_option("--metrics-address", a.metrics_address, "Address of the /metrics endpoint")
+      ->capture_default_str();
+  app.add_option("--metrics-port", a.metrics_port, "Port of /metrics (0 picks a free one)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  app.add_flag("--no-metrics", a.no_metrics, "Do not serve /metrics");
+}
+
+// Every management connection and volume is a descriptor: use all the hard
+// limit allows, so that many clients exhaust a bound the operator set, not
+// the 1,024 a shell's soft limit often is.
+void raise_descriptor_limit() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    (void)setrlimit(RLIMIT_NOFILE, &rl);
   }
-  so.socket_uid = resolve_id(socket_user, false);
-  so.socket_gid = resolve_id(socket_group, true);
-  if (so.socket_uid == -2 || so.socket_gid == -2) {
+}
+
+// /metrics (the daemon's families plus the management refusals) and /health.
+Result<std::unique_ptr<HttpEndpoint>> start_metrics(const BlockdArgs& a,
+                                                    blockd::BlockDaemon* daemon,
+                                                    blockd::BlockdServer* mgmt) {
+  HttpEndpointOptions ho;
+  ho.address = a.metrics_address;
+  ho.port = static_cast<uint16_t>(a.metrics_port);
+  return HttpEndpoint::start(ho, [daemon, mgmt](const std::string& path) {
+    HttpResponse r;
+    if (path == "/metrics") {
+      r.body = daemon->render_metrics();
+      r.body += fmt::format(
+          "# HELP kvtier_blockd_management_refused_total Management connections refused by "
+          "peer credentials\n# TYPE kvtier_blockd_management_refused_total counter\n"
+          "kvtier_blockd_management_refused_total {}\n",
+          mgmt->refused_connections());
+    } else if (path == "/health") {
+      r.body = "ok\n";
+    } else {
+      r.status = 404;
+      r.body = "not found\n";
+    }
+    return r;
+  });
+}
+
+// Checks what the daemon will be allowed to touch; exit code 2 on bad input.
+int resolve_policy(BlockdArgs& a, std::optional<blockd::VolumePaths>* paths) {
+  a.server.socket_uid = resolve_id(a.socket_user, false);
+  a.server.socket_gid = resolve_id(a.socket_group, true);
+  if (a.server.socket_uid == -2 || a.server.socket_gid == -2) {
     std::fprintf(stderr, "kvtier-blockd: unknown --socket-user or --socket-group\n");
     return 2;
   }
-  auto paths = blockd::VolumePaths::create(policy);
-  if (!paths.ok()) {
-    std::fprintf(stderr, "kvtier-blockd: %s\n", paths.status().message().c_str());
+  auto created = blockd::VolumePaths::create(a.policy);
+  if (!created.ok()) {
+    std::fprintf(stderr, "kvtier-blockd: %s\n", created.status().message().c_str());
     return 2;
   }
-  if (policy.volume_dirs.empty() && policy.devices.empty()) {
+  paths->emplace(std::move(*created));
+  if (a.policy.volume_dirs.empty() && a.policy.devices.empty()) {
     std::fprintf(stderr,
                  "kvtier-blockd: note: no --volume-dir or --device, so only RAM and remote "
                  "volumes can be created\n");
   }
+  return 0;
+}
+
+int run_daemon(BlockdArgs& a) {
+  init_logging();
+  raise_descriptor_limit();
+  std::optional<blockd::VolumePaths> paths;
+  if (int rc = resolve_policy(a, &paths); rc != 0) return rc;
 
   // Signals go to a waiting thread, not to handlers.
   sigset_t set;
@@ -135,48 +179,27 @@ int main(int argc, char** argv) {
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
-  auto daemon = blockd::BlockDaemon::open(config, std::move(*paths), health, raid);
+  auto daemon = blockd::BlockDaemon::open(a.config, std::move(*paths), a.health, a.raid);
   if (!daemon.ok()) {
     std::fprintf(stderr, "kvtier-blockd: %s\n", daemon.status().to_string().c_str());
     return 1;
   }
-  auto server = blockd::BlockdServer::start(**daemon, so);
+  auto server = blockd::BlockdServer::start(**daemon, a.server);
   if (!server.ok()) {
     std::fprintf(stderr, "kvtier-blockd: %s\n", server.status().to_string().c_str());
     return 1;
   }
   std::unique_ptr<HttpEndpoint> metrics;
-  if (!no_metrics) {
-    HttpEndpointOptions ho;
-    ho.address = metrics_address;
-    ho.port = static_cast<uint16_t>(metrics_port);
-    blockd::BlockDaemon* d = daemon->get();
-    blockd::BlockdServer* mgmt = server->get();
-    auto ep = HttpEndpoint::start(ho, [d, mgmt](const std::string& path) {
-      HttpResponse r;
-      if (path == "/metrics") {
-        r.body = d->render_metrics();
-        r.body += fmt::format(
-            "# HELP kvtier_blockd_management_refused_total Management connections refused by "
-            "peer credentials\n# TYPE kvtier_blockd_management_refused_total counter\n"
-            "kvtier_blockd_management_refused_total {}\n",
-            mgmt->refused_connections());
-      } else if (path == "/health") {
-        r.body = "ok\n";
-      } else {
-        r.status = 404;
-        r.body = "not found\n";
-      }
-      return r;
-    });
+  if (!a.no_metrics) {
+    auto ep = start_metrics(a, daemon->get(), server->get());
     if (!ep.ok()) {
       std::fprintf(stderr, "kvtier-blockd: metrics: %s\n", ep.status().to_string().c_str());
       return 1;
     }
     metrics = std::move(*ep);
   }
-  if (!so.socket_path.empty()) {
-    std::fprintf(stderr, "kvtier-blockd: management on unix:%s\n", so.socket_path.c_str());
+  if (!a.server.socket_path.empty()) {
+    std::fprintf(stderr, "kvtier-blockd: management on unix:%s\n", a.server.socket_path.c_str());
   }
   std::printf("listening grpc %d metrics %d\n", (*server)->port(), metrics ? metrics->port() : 0);
   std::fflush(stdout);
@@ -192,4 +215,18 @@ int main(int argc, char** argv) {
   server->reset();
   daemon->reset();  // arrays flushed and marked clean
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "kvtier-blockd: storage-engine daemon (volumes, RAID, partitions, QoS) managed over gRPC; "
+      "use `kvtier blk ...` to talk to it"};
+  BlockdArgs args;
+  add_management_options(app, args);
+  add_volume_options(app, args);
+  add_metrics_options(app, args);
+  CLI11_PARSE(app, argc, argv);
+  return run_daemon(args);
 }

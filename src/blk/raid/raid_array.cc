@@ -149,56 +149,70 @@ Result<RaidSuperblock> RaidArray::read_superblock(BlockDevice& dev) {
   return RaidSuperblock::decode(buf.view());
 }
 
-Result<std::unique_ptr<RaidArray>> RaidArray::assemble(
-    std::vector<std::shared_ptr<BlockDevice>> devices, const RaidRuntimeOptions& runtime) {
-  if (devices.empty()) return Status::invalid_argument("raid assemble: no devices");
+namespace {
+
+Result<std::vector<RaidSuperblock>> read_superblocks(
+    const std::vector<std::shared_ptr<BlockDevice>>& devices) {
   std::vector<RaidSuperblock> sbs;
   for (auto& d : devices) {
     if (!d) return Status::invalid_argument("raid assemble: null device");
-    auto sb = read_superblock(*d);
+    auto sb = RaidArray::read_superblock(*d);
     if (!sb.ok()) {
       return Status(sb.status().code(), fmt::format("{}: {}", d->name(), sb.status().message()));
     }
     sbs.push_back(std::move(*sb));
   }
-  // The newest superblock holds the array's state; every device must agree on
-  // identity and geometry.
-  size_t newest = 0;
-  for (size_t i = 1; i < sbs.size(); ++i) {
-    if (sbs[i].event > sbs[newest].event) newest = i;
-  }
-  const RaidSuperblock& ref = sbs[newest];
+  return sbs;
+}
+
+bool same_geometry(const RaidSuperblock& s, const RaidSuperblock& ref) {
+  return s.level == ref.level && s.member_count == ref.member_count &&
+         s.strip_bytes == ref.strip_bytes && s.rows == ref.rows &&
+         s.data_offset == ref.data_offset && s.block_size == ref.block_size &&
+         s.copies == ref.copies && s.bitmap_offset == ref.bitmap_offset &&
+         s.bitmap_area_bytes == ref.bitmap_area_bytes && s.rows_per_bit == ref.rows_per_bit;
+}
+
+// Each device in the slot its superblock names, after checking that it
+// belongs to the array `ref` describes and can hold its part. Slots no device
+// claims stay empty.
+Result<std::vector<std::shared_ptr<BlockDevice>>> place_members(
+    const std::vector<std::shared_ptr<BlockDevice>>& devices,
+    const std::vector<RaidSuperblock>& sbs, const RaidSuperblock& ref) {
   std::vector<std::shared_ptr<BlockDevice>> slots(ref.member_count);
   for (size_t i = 0; i < sbs.size(); ++i) {
     const auto& s = sbs[i];
+    const auto& dev = *devices[i];
     if (s.uuid != ref.uuid) {
       return Status::invalid_argument(
-          fmt::format("raid assemble: {} belongs to another array", devices[i]->name()));
+          fmt::format("raid assemble: {} belongs to another array", dev.name()));
     }
-    if (s.level != ref.level || s.member_count != ref.member_count ||
-        s.strip_bytes != ref.strip_bytes || s.rows != ref.rows ||
-        s.data_offset != ref.data_offset || s.block_size != ref.block_size ||
-        s.copies != ref.copies || s.bitmap_offset != ref.bitmap_offset ||
-        s.bitmap_area_bytes != ref.bitmap_area_bytes || s.rows_per_bit != ref.rows_per_bit) {
+    if (!same_geometry(s, ref)) {
       return Status::corruption(
-          fmt::format("raid assemble: {} disagrees on the geometry", devices[i]->name()));
+          fmt::format("raid assemble: {} disagrees on the geometry", dev.name()));
     }
     if (slots[s.member_index]) {
       return Status::invalid_argument(
           fmt::format("raid assemble: two devices claim slot {}", s.member_index));
     }
-    if (ref.block_size % devices[i]->block_size() != 0 ||
-        ref.block_size % devices[i]->buffer_alignment() != 0) {
+    if (ref.block_size % dev.block_size() != 0 || ref.block_size % dev.buffer_alignment() != 0) {
       return Status::invalid_argument(
-          fmt::format("raid assemble: {} has blocks of {} bytes; the array's are {}",
-                      devices[i]->name(), devices[i]->block_size(), ref.block_size));
+          fmt::format("raid assemble: {} has blocks of {} bytes; the array's are {}", dev.name(),
+                      dev.block_size(), ref.block_size));
     }
-    if (devices[i]->capacity() < ref.data_offset + ref.rows * ref.strip_bytes) {
+    if (dev.capacity() < ref.data_offset + ref.rows * ref.strip_bytes) {
       return Status::invalid_argument(
-          fmt::format("raid assemble: {} is smaller than the array needs", devices[i]->name()));
+          fmt::format("raid assemble: {} is smaller than the array needs", dev.name()));
     }
     slots[s.member_index] = devices[i];
   }
+  return slots;
+}
+
+}  // namespace
+
+Result<RaidArray::Geometry> RaidArray::recorded_geometry(
+    const RaidSuperblock& ref, const std::vector<std::shared_ptr<BlockDevice>>& devices) {
   Geometry g;
   g.level = static_cast<RaidLevel>(ref.level);
   g.n = ref.member_count;
@@ -216,22 +230,15 @@ Result<std::unique_ptr<RaidArray>> RaidArray::assemble(
       (g.copies < 2 || g.n % g.copies != 0)) {
     return Status::corruption("raid assemble: bad mirror geometry");
   }
-  std::vector<MemberState> states(g.n);
-  for (size_t i = 0; i < g.n; ++i) {
-    states[i] = ref.states[i];
-    // A member that was being rebuilt restarts its rebuild from scratch: it
-    // stays out until replaced again.
-    if (!slots[i] || states[i] == MemberState::kRebuilding) states[i] = MemberState::kFailed;
-    // A device whose own superblock is older than a state change that failed
-    // it must not come back.
-  }
-  std::unique_ptr<RaidArray> a(new RaidArray(g, ref.uuid, ref.name, ref.event + 1, std::move(slots),
-                                             std::move(states), runtime));
-  // Bitmap: the union of every readable copy; none readable means all dirty.
-  const uint64_t nbits = (g.rows + g.rows_per_bit - 1) / g.rows_per_bit;
+  return g;
+}
+
+// The union of every readable copy of the bitmap; none readable means all dirty.
+std::vector<uint8_t> RaidArray::read_dirty_bits(uint64_t nbits) const {
+  const Geometry& g = geo_;
   std::vector<uint8_t> dirty((nbits + 7) / 8, 0);
   bool any_bitmap = false;
-  const auto view = a->snapshot();
+  const auto view = snapshot();
   for (size_t i = 0; i < g.n; ++i) {
     if (view.state[i] != MemberState::kActive) continue;
     AlignedBuffer buf(g.bitmap_area, std::max<uint32_t>(g.alignment, 4096));
@@ -243,6 +250,68 @@ Result<std::unique_ptr<RaidArray>> RaidArray::assemble(
   }
   if (!any_bitmap) std::fill(dirty.begin(), dirty.end(), 0xff);
   if (nbits % 8 != 0) dirty.back() &= static_cast<uint8_t>((1u << (nbits % 8)) - 1);  // no padding
+  return dirty;
+}
+
+// Resyncs every dirty row group and clears its bit; the array stays marked
+// dirty while a group could not be completed.
+Status RaidArray::resync_dirty_rows(const std::vector<uint8_t>& dirty, uint64_t nbits) {
+  const Geometry& g = geo_;
+  uint64_t resynced = 0;
+  bool all = true;
+  for (uint64_t b = 0; b < nbits; ++b) {
+    if (!((dirty[b / 8] >> (b % 8)) & 1)) continue;
+    const uint64_t r0 = b * g.rows_per_bit;
+    const uint64_t r1 = std::min(g.rows, r0 + g.rows_per_bit);
+    bool complete = true;
+    KVTIER_RETURN_IF_ERROR(resync_rows(r0, r1, &complete));
+    if (!complete) {
+      all = false;
+      continue;
+    }
+    resynced += r1 - r0;
+    std::lock_guard lk(bitmap_mu_);
+    bits_[b / 8] &= static_cast<uint8_t>(~(1u << (b % 8)));
+  }
+  resynced_rows_ = resynced;
+  KVTIER_RETURN_IF_ERROR(flush_members());
+  {
+    std::lock_guard lk(bitmap_mu_);
+    keep_dirty_ = !all;
+  }
+  return write_bitmap_now();
+}
+
+Result<std::unique_ptr<RaidArray>> RaidArray::assemble(
+    std::vector<std::shared_ptr<BlockDevice>> devices, const RaidRuntimeOptions& runtime) {
+  if (devices.empty()) return Status::invalid_argument("raid assemble: no devices");
+  auto sbs = read_superblocks(devices);
+  if (!sbs.ok()) return sbs.status();
+  // The newest superblock holds the array's state; every device must agree on
+  // identity and geometry.
+  size_t newest = 0;
+  for (size_t i = 1; i < sbs->size(); ++i) {
+    if ((*sbs)[i].event > (*sbs)[newest].event) newest = i;
+  }
+  const RaidSuperblock& ref = (*sbs)[newest];
+  auto slots = place_members(devices, *sbs, ref);
+  if (!slots.ok()) return slots.status();
+  auto geometry = recorded_geometry(ref, devices);
+  if (!geometry.ok()) return geometry.status();
+  const Geometry& g = *geometry;
+  // States come from the newest superblock, so a device whose own superblock
+  // is older than a state change that failed it does not come back.
+  std::vector<MemberState> states(g.n);
+  for (size_t i = 0; i < g.n; ++i) {
+    states[i] = ref.states[i];
+    // A member that was being rebuilt restarts its rebuild from scratch: it
+    // stays out until replaced again.
+    if (!(*slots)[i] || states[i] == MemberState::kRebuilding) states[i] = MemberState::kFailed;
+  }
+  std::unique_ptr<RaidArray> a(new RaidArray(g, ref.uuid, ref.name, ref.event + 1,
+                                             std::move(*slots), std::move(states), runtime));
+  const uint64_t nbits = (g.rows + g.rows_per_bit - 1) / g.rows_per_bit;
+  const std::vector<uint8_t> dirty = a->read_dirty_bits(nbits);
   // The marks are the array's from here: any early return below leaves them
   // on the members (keep_dirty_), never an array marked clean by mistake.
   const bool any_dirty = std::any_of(dirty.begin(), dirty.end(), [](uint8_t x) { return x; });
@@ -261,29 +330,7 @@ Result<std::unique_ptr<RaidArray>> RaidArray::assemble(
   }
   KVTIER_RETURN_IF_ERROR(a->write_superblocks(false));
   if (runtime.resync && a->state_locked() != ArrayState::kFailed) {
-    uint64_t resynced = 0;
-    bool all = true;
-    for (uint64_t b = 0; b < nbits; ++b) {
-      if (!((dirty[b / 8] >> (b % 8)) & 1)) continue;
-      const uint64_t r0 = b * g.rows_per_bit;
-      const uint64_t r1 = std::min(g.rows, r0 + g.rows_per_bit);
-      bool complete = true;
-      KVTIER_RETURN_IF_ERROR(a->resync_rows(r0, r1, &complete));
-      if (!complete) {
-        all = false;
-        continue;
-      }
-      resynced += r1 - r0;
-      std::lock_guard lk(a->bitmap_mu_);
-      a->bits_[b / 8] &= static_cast<uint8_t>(~(1u << (b % 8)));
-    }
-    a->resynced_rows_ = resynced;
-    KVTIER_RETURN_IF_ERROR(a->flush_members());
-    {
-      std::lock_guard lk(a->bitmap_mu_);
-      a->keep_dirty_ = !all;
-    }
-    KVTIER_RETURN_IF_ERROR(a->write_bitmap_now());
+    KVTIER_RETURN_IF_ERROR(a->resync_dirty_rows(dirty, nbits));
   }
   return a;
 }

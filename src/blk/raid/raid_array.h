@@ -188,6 +188,12 @@ class RaidArray : public BlockDevice {
             const RaidRuntimeOptions& runtime);
   static Result<Geometry> plan_geometry(const std::vector<std::shared_ptr<BlockDevice>>& members,
                                         const RaidOptions& options);
+  // assemble()'s steps: the geometry the newest superblock records, the
+  // union of the members' write-intent bitmaps, and the resync of its rows.
+  static Result<Geometry> recorded_geometry(
+      const RaidSuperblock& ref, const std::vector<std::shared_ptr<BlockDevice>>& devices);
+  std::vector<uint8_t> read_dirty_bits(uint64_t nbits) const;
+  Status resync_dirty_rows(const std::vector<uint8_t>& dirty, uint64_t nbits);
 
   bool is_parity() const { return m_ > 0; }
   size_t member_of(uint64_t row, size_t shard) const { return (row + shard) % n_; }

@@ -241,84 +241,101 @@ Result<bool> is_loopback_address(const std::string& address) {
   return a.is_loopback();
 }
 
-Status ServerConfig::validate() const {
-  auto loop = is_loopback_address(listen_address);
+namespace {
+
+// One tenant's entry; `names`, `tokens` and `cert_names` collect what earlier
+// tenants claimed, since no two may share a name, token or certificate name.
+Status validate_tenant(const TenantConfig& t, bool mutual_tls, std::set<std::string>* names,
+                       std::set<std::string>* tokens, std::set<std::string>* cert_names) {
+  if (t.name.empty() || t.name.size() > 64 ||
+      t.name.find_first_not_of(
+          "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") !=
+          std::string::npos) {
+    return Status::invalid_argument(
+        fmt::format("tenant name '{}' must be 1 to 64 of [A-Za-z0-9_.-]", t.name));
+  }
+  if (!names->insert(t.name).second) {
+    return Status::invalid_argument(fmt::format("tenant '{}' is listed twice", t.name));
+  }
+  if (!t.client_cert_cn.empty() && !mutual_tls) {
+    return Status::invalid_argument(
+        fmt::format("tenant '{}': client_cert_cn needs tls.client_ca_file (mutual TLS)", t.name));
+  }
+  if (!t.client_cert_cn.empty() && !cert_names->insert(t.client_cert_cn).second) {
+    return Status::invalid_argument(
+        fmt::format("tenant '{}': its client_cert_cn is another tenant's too", t.name));
+  }
+  if (t.token.empty() && !t.client_cert_cn.empty()) {
+    // Certificate only.
+  } else if (t.token.size() < 16 || t.token.size() > kMaxStringBytes) {
+    return Status::invalid_argument(
+        fmt::format("tenant '{}': token must be 16 to {} bytes (or give client_cert_cn only)",
+                    t.name, kMaxStringBytes));
+  } else if (!tokens->insert(t.token).second) {
+    return Status::invalid_argument(
+        fmt::format("tenant '{}': its token is another tenant's too", t.name));
+  }
+  if (t.max_connections == 0 || t.max_namespaces == 0) {
+    return Status::invalid_argument(
+        fmt::format("tenant '{}': max_connections and max_namespaces must be >= 1", t.name));
+  }
+  if (t.share_ram_arena && t.max_ram_bytes == 0) {
+    return Status::invalid_argument(fmt::format(
+        "tenant '{}': share_ram_arena needs max_ram_bytes (the size of its own RAM arena)",
+        t.name));
+  }
+  return Status::ok_status();
+}
+
+// Who may connect: a non-loopback listener needs a credential.
+Status validate_access(const ServerConfig& c) {
+  auto loop = is_loopback_address(c.listen_address);
   if (!loop.ok()) return Status::invalid_argument("listen.address: " + loop.status().message());
-  const bool mutual_tls = tls && !tls->client_ca_file.empty();
-  if (!*loop && auth_token.empty() && tenants.empty() && !mutual_tls) {
+  const bool mutual_tls = c.tls && !c.tls->client_ca_file.empty();
+  if (!*loop && c.auth_token.empty() && c.tenants.empty() && !mutual_tls) {
     return Status::invalid_argument(fmt::format(
         "listen.address {} is not loopback: a credential is required (auth_token, tenants, or "
         "tls with client_ca_file); without tls the protocol is not encrypted",
-        listen_address));
+        c.listen_address));
   }
-  if (tls && (tls->cert_file.empty() || tls->key_file.empty())) {
+  if (c.tls && (c.tls->cert_file.empty() || c.tls->key_file.empty())) {
     return Status::invalid_argument("tls needs cert_file and key_file");
   }
-  if (!tenants.empty()) {
-    if (!auth_token.empty()) {
+  if (!c.tenants.empty()) {
+    if (!c.auth_token.empty()) {
       return Status::invalid_argument("give auth_token or tenants, not both");
     }
     std::set<std::string> names, tokens, cert_names;
-    for (const auto& t : tenants) {
-      if (t.name.empty() || t.name.size() > 64 ||
-          t.name.find_first_not_of(
-              "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") !=
-              std::string::npos) {
-        return Status::invalid_argument(
-            fmt::format("tenant name '{}' must be 1 to 64 of [A-Za-z0-9_.-]", t.name));
-      }
-      if (!names.insert(t.name).second) {
-        return Status::invalid_argument(fmt::format("tenant '{}' is listed twice", t.name));
-      }
-      if (!t.client_cert_cn.empty() && !mutual_tls) {
-        return Status::invalid_argument(fmt::format(
-            "tenant '{}': client_cert_cn needs tls.client_ca_file (mutual TLS)", t.name));
-      }
-      if (!t.client_cert_cn.empty() && !cert_names.insert(t.client_cert_cn).second) {
-        return Status::invalid_argument(
-            fmt::format("tenant '{}': its client_cert_cn is another tenant's too", t.name));
-      }
-      if (t.token.empty() && !t.client_cert_cn.empty()) {
-        // Certificate only.
-      } else if (t.token.size() < 16 || t.token.size() > kMaxStringBytes) {
-        return Status::invalid_argument(
-            fmt::format("tenant '{}': token must be 16 to {} bytes (or give client_cert_cn only)",
-                        t.name, kMaxStringBytes));
-      } else if (!tokens.insert(t.token).second) {
-        return Status::invalid_argument(
-            fmt::format("tenant '{}': its token is another tenant's too", t.name));
-      }
-      if (t.max_connections == 0 || t.max_namespaces == 0) {
-        return Status::invalid_argument(
-            fmt::format("tenant '{}': max_connections and max_namespaces must be >= 1", t.name));
-      }
-      if (t.share_ram_arena && t.max_ram_bytes == 0) {
-        return Status::invalid_argument(fmt::format(
-            "tenant '{}': share_ram_arena needs max_ram_bytes (the size of its own RAM arena)",
-            t.name));
-      }
+    for (const auto& t : c.tenants) {
+      KVTIER_RETURN_IF_ERROR(validate_tenant(t, mutual_tls, &names, &tokens, &cert_names));
     }
   }
-  if (auth_token.size() > kMaxStringBytes) {
+  if (c.auth_token.size() > kMaxStringBytes) {
     return Status::invalid_argument(
         fmt::format("auth_token is longer than {} bytes", kMaxStringBytes));
   }
-  if (metrics_enabled) {
-    auto ml = is_loopback_address(metrics_address);
+  if (c.metrics_enabled) {
+    auto ml = is_loopback_address(c.metrics_address);
     if (!ml.ok()) return Status::invalid_argument("metrics.address: " + ml.status().message());
   }
-  if (io_threads == 0 || io_threads > 256) {
+  return Status::ok_status();
+}
+
+// Threads, connections, batch and message sizes, and the store's tiers.
+Status validate_limits(const ServerConfig& c) {
+  const StoreConfig& store = c.store;
+  if (c.io_threads == 0 || c.io_threads > 256) {
     return Status::invalid_argument("io_threads must be in [1, 256]");
   }
-  if (store_threads == 0 || store_threads > 1024) {
+  if (c.store_threads == 0 || c.store_threads > 1024) {
     return Status::invalid_argument("store_threads must be in [1, 1024]");
   }
-  if (max_connections == 0) return Status::invalid_argument("max_connections must be >= 1");
-  if (max_pending_hello == 0) return Status::invalid_argument("max_pending_hello must be >= 1");
-  if (max_batch == 0 || max_batch > kMaxBatch) {
+  if (c.max_connections == 0) return Status::invalid_argument("max_connections must be >= 1");
+  if (c.max_pending_hello == 0) return Status::invalid_argument("max_pending_hello must be >= 1");
+  if (c.max_batch == 0 || c.max_batch > kMaxBatch) {
     return Status::invalid_argument(fmt::format("max_batch must be in [1, {}]", kMaxBatch));
   }
-  if (max_match_keys == 0 || max_match_keys > kMaxMatchKeys) {
+  if (c.max_match_keys == 0 || c.max_match_keys > kMaxMatchKeys) {
     return Status::invalid_argument(
         fmt::format("max_match_keys must be in [1, {}]", kMaxMatchKeys));
   }
@@ -326,8 +343,8 @@ Status ServerConfig::validate() const {
     return Status::invalid_argument(
         fmt::format("store.max_object_bytes must be in [1, {}]", kMaxDataBytes));
   }
-  if (max_data_bytes != 0 &&
-      (max_data_bytes < store.max_object_bytes || max_data_bytes > kMaxDataBytes)) {
+  if (c.max_data_bytes != 0 &&
+      (c.max_data_bytes < store.max_object_bytes || c.max_data_bytes > kMaxDataBytes)) {
     return Status::invalid_argument(
         fmt::format("max_data_bytes must be in [store.max_object_bytes = {}, {}]",
                     store.max_object_bytes, kMaxDataBytes));
@@ -347,6 +364,162 @@ Status ServerConfig::validate() const {
   return Status::ok_status();
 }
 
+// A secret kept in a file (auth_token_file, a tenant's token_file), without
+// the line end an editor leaves.
+Result<std::string> read_secret_file(const std::string& path, const std::string& key) {
+  auto text = read_file(path, kMaxStringBytes + 2);
+  if (!text.ok()) return Status::invalid_argument(key + ": " + text.status().message());
+  std::string s = std::move(*text);
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+  return s;
+}
+
+Status parse_endpoints(Fields& f, bool metrics_is_null, ServerConfig* c) {
+  if (const json* v = f.find("listen")) {
+    KVTIER_RETURN_IF_ERROR(require_object(v, "listen"));
+    Fields l(*v, "listen");
+    KVTIER_RETURN_IF_ERROR(l.get_string("address", 256, &c->listen_address));
+    KVTIER_RETURN_IF_ERROR(l.get_uint_as("port", 0, 65535, &c->listen_port));
+    KVTIER_RETURN_IF_ERROR(l.finish());
+  }
+  if (const json* v = f.find("metrics")) {
+    KVTIER_RETURN_IF_ERROR(require_object(v, "metrics"));
+    Fields m(*v, "metrics");
+    KVTIER_RETURN_IF_ERROR(m.get_bool("enabled", &c->metrics_enabled));
+    KVTIER_RETURN_IF_ERROR(m.get_string("address", 256, &c->metrics_address));
+    KVTIER_RETURN_IF_ERROR(m.get_uint_as("port", 0, 65535, &c->metrics_port));
+    KVTIER_RETURN_IF_ERROR(m.finish());
+  } else if (metrics_is_null) {
+    c->metrics_enabled = false;  // "metrics": null turns the endpoint off
+  }
+  return Status::ok_status();
+}
+
+Status parse_auth_token(Fields& f, ServerConfig* c) {
+  KVTIER_RETURN_IF_ERROR(f.get_string("auth_token", kMaxStringBytes, &c->auth_token));
+  std::string token_file;
+  KVTIER_RETURN_IF_ERROR(f.get_string("auth_token_file", 4096, &token_file));
+  if (token_file.empty()) return Status::ok_status();
+  if (!c->auth_token.empty()) {
+    return Status::invalid_argument("give auth_token or auth_token_file, not both");
+  }
+  auto token = read_secret_file(token_file, "auth_token_file");
+  if (!token.ok()) return token.status();
+  if (token->empty()) return Status::invalid_argument("auth_token_file is empty");
+  c->auth_token = std::move(*token);
+  return Status::ok_status();
+}
+
+Result<TenantConfig> parse_tenant(const json& v, const std::string& where) {
+  KVTIER_RETURN_IF_ERROR(require_object(&v, where));
+  Fields t(v, where);
+  TenantConfig tc;
+  KVTIER_RETURN_IF_ERROR(t.get_string("name", 64, &tc.name));
+  KVTIER_RETURN_IF_ERROR(t.get_string("token", kMaxStringBytes, &tc.token));
+  std::string token_file;
+  KVTIER_RETURN_IF_ERROR(t.get_string("token_file", 4096, &token_file));
+  if (!token_file.empty()) {
+    if (!tc.token.empty()) {
+      return Status::invalid_argument(where + ": give token or token_file, not both");
+    }
+    auto token = read_secret_file(token_file, where + ".token_file");
+    if (!token.ok()) return token.status();
+    tc.token = std::move(*token);
+  }
+  KVTIER_RETURN_IF_ERROR(t.get_uint_as("max_connections", 1, 1u << 20, &tc.max_connections));
+  KVTIER_RETURN_IF_ERROR(t.get_uint_as("max_namespaces", 1, 65535, &tc.max_namespaces));
+  KVTIER_RETURN_IF_ERROR(t.get_uint_as("max_pinned_blocks", 0, 1ull << 32, &tc.max_pinned_blocks));
+  KVTIER_RETURN_IF_ERROR(t.get_bool("share_ram_arena", &tc.share_ram_arena));
+  KVTIER_RETURN_IF_ERROR(t.get_size("max_ram_bytes", 0, 1ull << 50, &tc.max_ram_bytes));
+  KVTIER_RETURN_IF_ERROR(t.get_size("max_disk_bytes", 0, 1ull << 50, &tc.max_disk_bytes));
+  KVTIER_RETURN_IF_ERROR(t.get_string("client_cert_cn", 255, &tc.client_cert_cn));
+  KVTIER_RETURN_IF_ERROR(t.finish());
+  return tc;
+}
+
+Status parse_credentials(Fields& f, ServerConfig* c) {
+  KVTIER_RETURN_IF_ERROR(parse_auth_token(f, c));
+  if (const json* v = f.find("tenants")) {
+    if (!v->is_array()) return Status::invalid_argument("config key 'tenants' must be an array");
+    for (size_t i = 0; i < v->size(); ++i) {
+      auto tenant = parse_tenant((*v)[i], fmt::format("tenants[{}]", i));
+      if (!tenant.ok()) return tenant.status();
+      c->tenants.push_back(std::move(*tenant));
+    }
+  }
+  if (const json* v = f.find("tls")) {
+    KVTIER_RETURN_IF_ERROR(require_object(v, "tls"));
+    Fields t(*v, "tls");
+    ServerTlsConfig tc;
+    KVTIER_RETURN_IF_ERROR(t.get_string("cert_file", 4096, &tc.cert_file));
+    KVTIER_RETURN_IF_ERROR(t.get_string("key_file", 4096, &tc.key_file));
+    KVTIER_RETURN_IF_ERROR(t.get_string("client_ca_file", 4096, &tc.client_ca_file));
+    KVTIER_RETURN_IF_ERROR(t.finish());
+    c->tls = std::move(tc);
+  }
+  return Status::ok_status();
+}
+
+Status parse_limits(Fields& f, ServerConfig* c) {
+  KVTIER_RETURN_IF_ERROR(f.get_uint_as("max_connections", 1, 1u << 20, &c->max_connections));
+  KVTIER_RETURN_IF_ERROR(f.get_uint_as("max_pending_hello", 1, 1u << 20, &c->max_pending_hello));
+  uint64_t max_data = c->max_data_bytes;
+  KVTIER_RETURN_IF_ERROR(f.get_size("max_data_bytes", 0, kMaxDataBytes, &max_data));
+  c->max_data_bytes = static_cast<uint32_t>(max_data);
+  KVTIER_RETURN_IF_ERROR(f.get_uint_as("max_batch", 1, kMaxBatch, &c->max_batch));
+  KVTIER_RETURN_IF_ERROR(f.get_uint_as("max_match_keys", 1, kMaxMatchKeys, &c->max_match_keys));
+  KVTIER_RETURN_IF_ERROR(f.get_uint_as("hello_timeout_ms", 1, 3600000, &c->hello_timeout_ms));
+  KVTIER_RETURN_IF_ERROR(f.get_uint_as("idle_timeout_ms", 1, 86400000, &c->idle_timeout_ms));
+  KVTIER_RETURN_IF_ERROR(f.get_uint_as("write_timeout_ms", 1, 3600000, &c->write_timeout_ms));
+  KVTIER_RETURN_IF_ERROR(f.get_string("server_name", kMaxNameBytes, &c->server_name));
+  KVTIER_RETURN_IF_ERROR(f.get_bool("shm_enabled", &c->shm_enabled));
+  KVTIER_RETURN_IF_ERROR(
+      f.get_size("shm_max_area_bytes", 1ull << 20, 1ull << 40, &c->shm_max_area_bytes));
+  KVTIER_RETURN_IF_ERROR(f.get_bool("shm_direct_channel", &c->shm_direct_channel));
+  KVTIER_RETURN_IF_ERROR(f.get_bool("shm_share_ram_arena", &c->shm_share_ram_arena));
+  KVTIER_RETURN_IF_ERROR(f.get_uint_as("shm_max_channels", 1, 65536, &c->shm_max_channels));
+  return Status::ok_status();
+}
+
+Result<EtcdMembershipConfig> parse_etcd(const json& v) {
+  KVTIER_RETURN_IF_ERROR(require_object(&v, "etcd"));
+  Fields e(v, "etcd");
+  EtcdMembershipConfig m;
+  KVTIER_RETURN_IF_ERROR(e.get_string("url", 256, &m.url));
+  KVTIER_RETURN_IF_ERROR(e.get_string("prefix", 256, &m.prefix));
+  KVTIER_RETURN_IF_ERROR(e.get_string("node_id", 128, &m.node_id));
+  KVTIER_RETURN_IF_ERROR(e.get_string("advertise_address", 256, &m.advertise_address));
+  KVTIER_RETURN_IF_ERROR(e.get_uint_as("ttl_s", 2, 3600, &m.ttl_s));
+  KVTIER_RETURN_IF_ERROR(e.get_uint_as("timeout_ms", 1, 60000, &m.timeout_ms));
+  KVTIER_RETURN_IF_ERROR(e.get_string("user", 256, &m.user));
+  KVTIER_RETURN_IF_ERROR(e.get_string("password_file", 4096, &m.password_file));
+  KVTIER_RETURN_IF_ERROR(e.get_string("ca_file", 4096, &m.tls.ca_file));
+  KVTIER_RETURN_IF_ERROR(e.get_string("cert_file", 4096, &m.tls.cert_file));
+  KVTIER_RETURN_IF_ERROR(e.get_string("key_file", 4096, &m.tls.key_file));
+  if ((m.url.rfind("https://", 0) == 0) != m.tls.enabled()) {
+    return Status::invalid_argument("an https etcd.url and etcd.ca_file go together");
+  }
+  if (m.user.empty() != m.password_file.empty()) {
+    return Status::invalid_argument("etcd.user and etcd.password_file go together");
+  }
+  KVTIER_RETURN_IF_ERROR(e.finish());
+  if (m.url.empty()) return Status::invalid_argument("config key 'etcd.url' is required");
+  auto ep = parse_etcd_url(m.url);
+  if (!ep.ok()) return Status::invalid_argument("etcd.url: " + ep.status().message());
+  if (m.node_id.empty() || m.node_id.find('/') != std::string::npos) {
+    return Status::invalid_argument(
+        "config key 'etcd.node_id' is required and may not contain '/'");
+  }
+  return m;
+}
+
+}  // namespace
+
+Status ServerConfig::validate() const {
+  KVTIER_RETURN_IF_ERROR(validate_access(*this));
+  return validate_limits(*this);
+}
+
 Result<ServerConfig> parse_server_config(std::string_view json_text) {
   json root;
   try {
@@ -358,136 +531,19 @@ Result<ServerConfig> parse_server_config(std::string_view json_text) {
 
   ServerConfig c;
   Fields f(root, "");
-  if (const json* v = f.find("listen")) {
-    KVTIER_RETURN_IF_ERROR(require_object(v, "listen"));
-    Fields l(*v, "listen");
-    KVTIER_RETURN_IF_ERROR(l.get_string("address", 256, &c.listen_address));
-    KVTIER_RETURN_IF_ERROR(l.get_uint_as("port", 0, 65535, &c.listen_port));
-    KVTIER_RETURN_IF_ERROR(l.finish());
-  }
-  if (const json* v = f.find("metrics")) {
-    KVTIER_RETURN_IF_ERROR(require_object(v, "metrics"));
-    Fields m(*v, "metrics");
-    KVTIER_RETURN_IF_ERROR(m.get_bool("enabled", &c.metrics_enabled));
-    KVTIER_RETURN_IF_ERROR(m.get_string("address", 256, &c.metrics_address));
-    KVTIER_RETURN_IF_ERROR(m.get_uint_as("port", 0, 65535, &c.metrics_port));
-    KVTIER_RETURN_IF_ERROR(m.finish());
-  } else if (root.contains("metrics")) {
-    c.metrics_enabled = false;  // "metrics": null turns the endpoint off
-  }
+  KVTIER_RETURN_IF_ERROR(parse_endpoints(f, root.contains("metrics"), &c));
   KVTIER_RETURN_IF_ERROR(f.get_uint_as("io_threads", 1, 256, &c.io_threads));
   KVTIER_RETURN_IF_ERROR(f.get_uint_as("store_threads", 1, 1024, &c.store_threads));
-  KVTIER_RETURN_IF_ERROR(f.get_string("auth_token", kMaxStringBytes, &c.auth_token));
-  std::string token_file;
-  KVTIER_RETURN_IF_ERROR(f.get_string("auth_token_file", 4096, &token_file));
-  if (!token_file.empty()) {
-    if (!c.auth_token.empty()) {
-      return Status::invalid_argument("give auth_token or auth_token_file, not both");
-    }
-    auto t = read_file(token_file, kMaxStringBytes + 2);
-    if (!t.ok()) return Status::invalid_argument("auth_token_file: " + t.status().message());
-    std::string s = std::move(*t);
-    while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
-    if (s.empty()) return Status::invalid_argument("auth_token_file is empty");
-    c.auth_token = std::move(s);
-  }
-  if (const json* v = f.find("tenants")) {
-    if (!v->is_array()) return Status::invalid_argument("config key 'tenants' must be an array");
-    for (size_t i = 0; i < v->size(); ++i) {
-      const std::string where = fmt::format("tenants[{}]", i);
-      KVTIER_RETURN_IF_ERROR(require_object(&(*v)[i], where));
-      Fields t((*v)[i], where);
-      TenantConfig tc;
-      KVTIER_RETURN_IF_ERROR(t.get_string("name", 64, &tc.name));
-      KVTIER_RETURN_IF_ERROR(t.get_string("token", kMaxStringBytes, &tc.token));
-      std::string tf;
-      KVTIER_RETURN_IF_ERROR(t.get_string("token_file", 4096, &tf));
-      if (!tf.empty()) {
-        if (!tc.token.empty()) {
-          return Status::invalid_argument(where + ": give token or token_file, not both");
-        }
-        auto tok = read_file(tf, kMaxStringBytes + 2);
-        if (!tok.ok()) {
-          return Status::invalid_argument(where + ".token_file: " + tok.status().message());
-        }
-        tc.token = std::move(*tok);
-        while (!tc.token.empty() && (tc.token.back() == '\n' || tc.token.back() == '\r')) {
-          tc.token.pop_back();
-        }
-      }
-      KVTIER_RETURN_IF_ERROR(t.get_uint_as("max_connections", 1, 1u << 20, &tc.max_connections));
-      KVTIER_RETURN_IF_ERROR(t.get_uint_as("max_namespaces", 1, 65535, &tc.max_namespaces));
-      KVTIER_RETURN_IF_ERROR(
-          t.get_uint_as("max_pinned_blocks", 0, 1ull << 32, &tc.max_pinned_blocks));
-      KVTIER_RETURN_IF_ERROR(t.get_bool("share_ram_arena", &tc.share_ram_arena));
-      KVTIER_RETURN_IF_ERROR(t.get_size("max_ram_bytes", 0, 1ull << 50, &tc.max_ram_bytes));
-      KVTIER_RETURN_IF_ERROR(t.get_size("max_disk_bytes", 0, 1ull << 50, &tc.max_disk_bytes));
-      KVTIER_RETURN_IF_ERROR(t.get_string("client_cert_cn", 255, &tc.client_cert_cn));
-      KVTIER_RETURN_IF_ERROR(t.finish());
-      c.tenants.push_back(std::move(tc));
-    }
-  }
-  if (const json* v = f.find("tls")) {
-    KVTIER_RETURN_IF_ERROR(require_object(v, "tls"));
-    Fields t(*v, "tls");
-    ServerTlsConfig tc;
-    KVTIER_RETURN_IF_ERROR(t.get_string("cert_file", 4096, &tc.cert_file));
-    KVTIER_RETURN_IF_ERROR(t.get_string("key_file", 4096, &tc.key_file));
-    KVTIER_RETURN_IF_ERROR(t.get_string("client_ca_file", 4096, &tc.client_ca_file));
-    KVTIER_RETURN_IF_ERROR(t.finish());
-    c.tls = std::move(tc);
-  }
-  KVTIER_RETURN_IF_ERROR(f.get_uint_as("max_connections", 1, 1u << 20, &c.max_connections));
-  KVTIER_RETURN_IF_ERROR(f.get_uint_as("max_pending_hello", 1, 1u << 20, &c.max_pending_hello));
-  uint64_t max_data = c.max_data_bytes;
-  KVTIER_RETURN_IF_ERROR(f.get_size("max_data_bytes", 0, kMaxDataBytes, &max_data));
-  c.max_data_bytes = static_cast<uint32_t>(max_data);
-  KVTIER_RETURN_IF_ERROR(f.get_uint_as("max_batch", 1, kMaxBatch, &c.max_batch));
-  KVTIER_RETURN_IF_ERROR(f.get_uint_as("max_match_keys", 1, kMaxMatchKeys, &c.max_match_keys));
-  KVTIER_RETURN_IF_ERROR(f.get_uint_as("hello_timeout_ms", 1, 3600000, &c.hello_timeout_ms));
-  KVTIER_RETURN_IF_ERROR(f.get_uint_as("idle_timeout_ms", 1, 86400000, &c.idle_timeout_ms));
-  KVTIER_RETURN_IF_ERROR(f.get_uint_as("write_timeout_ms", 1, 3600000, &c.write_timeout_ms));
-  KVTIER_RETURN_IF_ERROR(f.get_string("server_name", kMaxNameBytes, &c.server_name));
-  KVTIER_RETURN_IF_ERROR(f.get_bool("shm_enabled", &c.shm_enabled));
-  KVTIER_RETURN_IF_ERROR(
-      f.get_size("shm_max_area_bytes", 1ull << 20, 1ull << 40, &c.shm_max_area_bytes));
-  KVTIER_RETURN_IF_ERROR(f.get_bool("shm_direct_channel", &c.shm_direct_channel));
-  KVTIER_RETURN_IF_ERROR(f.get_bool("shm_share_ram_arena", &c.shm_share_ram_arena));
-  KVTIER_RETURN_IF_ERROR(f.get_uint_as("shm_max_channels", 1, 65536, &c.shm_max_channels));
+  KVTIER_RETURN_IF_ERROR(parse_credentials(f, &c));
+  KVTIER_RETURN_IF_ERROR(parse_limits(f, &c));
   if (const json* v = f.find("store")) {
     KVTIER_RETURN_IF_ERROR(require_object(v, "store"));
     KVTIER_RETURN_IF_ERROR(parse_store(*v, &c.store));
   }
   if (const json* v = f.find("etcd")) {
-    KVTIER_RETURN_IF_ERROR(require_object(v, "etcd"));
-    Fields e(*v, "etcd");
-    EtcdMembershipConfig m;
-    KVTIER_RETURN_IF_ERROR(e.get_string("url", 256, &m.url));
-    KVTIER_RETURN_IF_ERROR(e.get_string("prefix", 256, &m.prefix));
-    KVTIER_RETURN_IF_ERROR(e.get_string("node_id", 128, &m.node_id));
-    KVTIER_RETURN_IF_ERROR(e.get_string("advertise_address", 256, &m.advertise_address));
-    KVTIER_RETURN_IF_ERROR(e.get_uint_as("ttl_s", 2, 3600, &m.ttl_s));
-    KVTIER_RETURN_IF_ERROR(e.get_uint_as("timeout_ms", 1, 60000, &m.timeout_ms));
-    KVTIER_RETURN_IF_ERROR(e.get_string("user", 256, &m.user));
-    KVTIER_RETURN_IF_ERROR(e.get_string("password_file", 4096, &m.password_file));
-    KVTIER_RETURN_IF_ERROR(e.get_string("ca_file", 4096, &m.tls.ca_file));
-    KVTIER_RETURN_IF_ERROR(e.get_string("cert_file", 4096, &m.tls.cert_file));
-    KVTIER_RETURN_IF_ERROR(e.get_string("key_file", 4096, &m.tls.key_file));
-    if ((m.url.rfind("https://", 0) == 0) != m.tls.enabled()) {
-      return Status::invalid_argument("an https etcd.url and etcd.ca_file go together");
-    }
-    if (m.user.empty() != m.password_file.empty()) {
-      return Status::invalid_argument("etcd.user and etcd.password_file go together");
-    }
-    KVTIER_RETURN_IF_ERROR(e.finish());
-    if (m.url.empty()) return Status::invalid_argument("config key 'etcd.url' is required");
-    auto ep = parse_etcd_url(m.url);
-    if (!ep.ok()) return Status::invalid_argument("etcd.url: " + ep.status().message());
-    if (m.node_id.empty() || m.node_id.find('/') != std::string::npos) {
-      return Status::invalid_argument(
-          "config key 'etcd.node_id' is required and may not contain '/'");
-    }
-    c.etcd = std::move(m);
+    auto etcd = parse_etcd(*v);
+    if (!etcd.ok()) return etcd.status();
+    c.etcd = std::move(*etcd);
   }
   KVTIER_RETURN_IF_ERROR(f.finish());
   KVTIER_RETURN_IF_ERROR(c.validate());

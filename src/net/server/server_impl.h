@@ -323,6 +323,13 @@ struct StoreServer::Impl {
   std::vector<Counter*> mirror_counters;  // by store_stat_fields() index
   std::vector<uint64_t> mirror_last;
 
+  // The steps of StoreServer::start, in order.
+  Status set_limits();
+  Status assign_tenant_arenas();
+  Status bind_listener();
+  Status start_metrics_endpoint();
+  Status start_shm_attach();
+
   void setup_mirrors();
 
   kv::StoreStats refresh_mirrors();

@@ -327,129 +327,163 @@ StoreServer::~StoreServer() {
   if (impl_) (void)stop();
 }
 
+namespace {
+
+// The store a server opens itself from its config. Shared RAM arenas go to
+// direct-channel clients only; with tenants, arena 0 holds every tenant's
+// blocks, so it is never shared, and each tenant that opts in gets its own.
+Result<std::unique_ptr<kv::Store>> open_configured_store(const ServerConfig& config) {
+  auto opts = make_store_options(config.store);
+  if (!opts.ok()) return opts.status();
+  const bool sharing =
+      config.shm_enabled && config.shm_direct_channel && config.shm_share_ram_arena;
+  opts->share_ram_arena = sharing && config.tenants.empty();
+  for (const TenantConfig& t : config.tenants) {
+    if (sharing && t.share_ram_arena) opts->private_arena_bytes.push_back(t.max_ram_bytes);
+  }
+  auto s = kv::Store::open(*opts);
+  if (!s.ok()) return Status(s.status().code(), "opening the store: " + s.status().message());
+  return std::move(*s);
+}
+
+}  // namespace
+
+// Limits: announced in Hello and enforced on every frame.
+Status StoreServer::Impl::set_limits() {
+  const uint32_t max_object = store->options().max_object_bytes;
+  if (max_object > kMaxDataBytes) {
+    return Status::invalid_argument(
+        fmt::format("max_object_bytes {} exceeds the protocol's {}", max_object, kMaxDataBytes));
+  }
+  uint64_t max_data = cfg.max_data_bytes;
+  if (max_data == 0) {
+    max_data = std::max<uint64_t>(16ull * max_object, 4u << 20);
+  }
+  max_data = std::clamp<uint64_t>(max_data, max_object, kMaxDataBytes);
+  uint64_t max_desc = std::max<uint64_t>(
+      {64u << 10, 6 + 16ull * cfg.max_match_keys + 16, 6 + 20ull * cfg.max_batch + 16});
+  max_desc = std::min<uint64_t>(max_desc, kMaxDescriptorBytes);
+  limits.max_object_bytes = max_object;
+  limits.max_batch = cfg.max_batch;
+  limits.max_match_keys = cfg.max_match_keys;
+  limits.max_descriptor_bytes = static_cast<uint32_t>(max_desc);
+  limits.max_data_bytes = static_cast<uint32_t>(max_data);
+  frame_limits = {limits.max_descriptor_bytes, limits.max_data_bytes};
+  return Status::ok_status();
+}
+
+// Store arena 1, 2, ... to each tenant that shares its RAM over a direct channel.
+Status StoreServer::Impl::assign_tenant_arenas() {
+  if (!(cfg.shm_enabled && cfg.shm_direct_channel && cfg.shm_share_ram_arena)) {
+    return Status::ok_status();
+  }
+  uint16_t next_arena = 1;
+  for (const TenantConfig& t : cfg.tenants) {
+    if (!t.share_ram_arena) continue;
+    if (next_arena >= store->ram_arena_count()) {
+      return Status::invalid_argument(fmt::format(
+          "tenant '{}' sets share_ram_arena but the store has no private RAM arena for it "
+          "(StoreOptions::private_arena_bytes)",
+          t.name));
+    }
+    tenant_arena[t.name] = next_arena++;
+  }
+  return Status::ok_status();
+}
+
+Status StoreServer::Impl::bind_listener() {
+  std::error_code ec;
+  auto addr = asio::ip::make_address(cfg.listen_address, ec);
+  if (ec)
+    return Status::invalid_argument(fmt::format("bad listen address '{}'", cfg.listen_address));
+  tcp::endpoint ep(addr, cfg.listen_port);
+  acceptor.open(ep.protocol(), ec);
+  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor.bind(ep, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return Status::unavailable(fmt::format("cannot listen on {}:{}: {}", cfg.listen_address,
+                                           cfg.listen_port, ec.message()));
+  }
+  bound_address = cfg.listen_address;
+  bound_port = acceptor.local_endpoint().port();
+  return Status::ok_status();
+}
+
+// /metrics, and /health, which says 503 once the server is stopping.
+Status StoreServer::Impl::start_metrics_endpoint() {
+  if (!cfg.metrics_enabled) return Status::ok_status();
+  HttpEndpointOptions ho;
+  ho.address = cfg.metrics_address;
+  ho.port = cfg.metrics_port;
+  auto endpoint = HttpEndpoint::start(ho, [this](const std::string& path) -> HttpResponse {
+    if (path == "/metrics") {
+      return {200, "text/plain; version=0.0.4; charset=utf-8", render_metrics()};
+    }
+    if (path == "/health") {
+      bool is_stopping;
+      {
+        std::lock_guard lk(mu);
+        is_stopping = stopping;
+      }
+      if (is_stopping) return {503, "text/plain", "stopping\n"};
+      return {200, "text/plain", "ok\n"};
+    }
+    return {404, "text/plain", "not found (try /metrics or /health)\n"};
+  });
+  if (!endpoint.ok()) {
+    return Status(endpoint.status().code(), "metrics endpoint: " + endpoint.status().message());
+  }
+  http = std::move(*endpoint);
+  return Status::ok_status();
+}
+
+// The abstract Unix socket where clients on this host attach shared memory.
+// Its name is random so that several servers on one host never collide;
+// clients learn it from the ShmOffer response only. Failing to open it turns
+// the path off, not the server.
+Status StoreServer::Impl::start_shm_attach() {
+  if (!cfg.shm_enabled) return Status::ok_status();
+  auto tag = random_nonce();
+  if (!tag.ok()) return tag.status();
+  auto l = ShmListener::listen(fmt::format("kvtier-store-{}-{}", getpid(), tag->to_hex()));
+  if (!l.ok()) {
+    spdlog::warn("store server: shared-memory path off: {}", l.status().message());
+  } else if (::pipe2(shm_stop_pipe, O_CLOEXEC) != 0) {
+    spdlog::warn("store server: shared-memory path off: pipe failed");
+  } else {
+    shm_listener = std::move(*l);
+    host_id = host_boot_id();
+    shm_thread = std::thread([this] { shm_attach_loop(); });
+  }
+  return Status::ok_status();
+}
+
 Result<std::unique_ptr<StoreServer>> StoreServer::start(const ServerConfig& config,
                                                         std::unique_ptr<kv::Store> store) {
   KVTIER_RETURN_IF_ERROR(config.validate());
   auto impl = std::make_unique<Impl>();
   impl->cfg = config;
   if (!store) {
-    auto opts = make_store_options(config.store);
-    if (!opts.ok()) return opts.status();
-    const bool sharing =
-        config.shm_enabled && config.shm_direct_channel && config.shm_share_ram_arena;
-    // Multi-tenant: arena 0 holds every tenant's blocks, so it is never
-    // shared; each tenant that opts in gets an arena of its own instead.
-    opts->share_ram_arena = sharing && config.tenants.empty();
-    for (const TenantConfig& t : config.tenants) {
-      if (sharing && t.share_ram_arena) opts->private_arena_bytes.push_back(t.max_ram_bytes);
-    }
-    auto s = kv::Store::open(*opts);
-    if (!s.ok()) return Status(s.status().code(), "opening the store: " + s.status().message());
-    store = std::move(*s);
+    auto opened = open_configured_store(config);
+    if (!opened.ok()) return opened.status();
+    store = std::move(*opened);
   }
   impl->store = std::move(store);
   Impl& I = *impl;
-
-  // Limits: announced in Hello and enforced on every frame.
-  const uint32_t max_object = I.store->options().max_object_bytes;
-  if (max_object > kMaxDataBytes) {
-    return Status::invalid_argument(
-        fmt::format("max_object_bytes {} exceeds the protocol's {}", max_object, kMaxDataBytes));
-  }
-  uint64_t max_data = config.max_data_bytes;
-  if (max_data == 0) {
-    max_data = std::max<uint64_t>(16ull * max_object, 4u << 20);
-  }
-  max_data = std::clamp<uint64_t>(max_data, max_object, kMaxDataBytes);
-  uint64_t max_desc = std::max<uint64_t>(
-      {64u << 10, 6 + 16ull * config.max_match_keys + 16, 6 + 20ull * config.max_batch + 16});
-  max_desc = std::min<uint64_t>(max_desc, kMaxDescriptorBytes);
-  I.limits.max_object_bytes = max_object;
-  I.limits.max_batch = config.max_batch;
-  I.limits.max_match_keys = config.max_match_keys;
-  I.limits.max_descriptor_bytes = static_cast<uint32_t>(max_desc);
-  I.limits.max_data_bytes = static_cast<uint32_t>(max_data);
-  I.frame_limits = {I.limits.max_descriptor_bytes, I.limits.max_data_bytes};
-
+  KVTIER_RETURN_IF_ERROR(I.set_limits());
   I.m = std::make_unique<ServerMetrics>(I.store->metrics());
   I.tenants = std::make_unique<TenantRegistry>(I.cfg.tenants, I.store->metrics());
-  if (config.shm_enabled && config.shm_direct_channel && config.shm_share_ram_arena) {
-    uint16_t next_arena = 1;
-    for (const TenantConfig& t : I.cfg.tenants) {
-      if (!t.share_ram_arena) continue;
-      if (next_arena >= I.store->ram_arena_count()) {
-        return Status::invalid_argument(fmt::format(
-            "tenant '{}' sets share_ram_arena but the store has no private RAM arena for it "
-            "(StoreOptions::private_arena_bytes)",
-            t.name));
-      }
-      I.tenant_arena[t.name] = next_arena++;
-    }
-  }
+  KVTIER_RETURN_IF_ERROR(I.assign_tenant_arenas());
   if (config.tls) {
     auto ctx = make_server_tls_context(*config.tls);
     if (!ctx.ok()) return ctx.status();
     I.tls = std::move(*ctx);
   }
   I.setup_mirrors();
-
-  std::error_code ec;
-  auto addr = asio::ip::make_address(config.listen_address, ec);
-  if (ec)
-    return Status::invalid_argument(fmt::format("bad listen address '{}'", config.listen_address));
-  tcp::endpoint ep(addr, config.listen_port);
-  I.acceptor.open(ep.protocol(), ec);
-  if (!ec) I.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) I.acceptor.bind(ep, ec);
-  if (!ec) I.acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return Status::unavailable(fmt::format("cannot listen on {}:{}: {}", config.listen_address,
-                                           config.listen_port, ec.message()));
-  }
-  I.bound_address = config.listen_address;
-  I.bound_port = I.acceptor.local_endpoint().port();
-
-  if (config.metrics_enabled) {
-    HttpEndpointOptions ho;
-    ho.address = config.metrics_address;
-    ho.port = config.metrics_port;
-    Impl* raw = &I;
-    auto http = HttpEndpoint::start(ho, [raw](const std::string& path) -> HttpResponse {
-      if (path == "/metrics") {
-        return {200, "text/plain; version=0.0.4; charset=utf-8", raw->render_metrics()};
-      }
-      if (path == "/health") {
-        bool stopping;
-        {
-          std::lock_guard lk(raw->mu);
-          stopping = raw->stopping;
-        }
-        if (stopping) return {503, "text/plain", "stopping\n"};
-        return {200, "text/plain", "ok\n"};
-      }
-      return {404, "text/plain", "not found (try /metrics or /health)\n"};
-    });
-    if (!http.ok())
-      return Status(http.status().code(), "metrics endpoint: " + http.status().message());
-    I.http = std::move(*http);
-  }
-
-  if (config.shm_enabled) {
-    // The name is random so that several servers on one host never collide;
-    // clients learn it from the ShmOffer response only.
-    auto tag = random_nonce();
-    if (!tag.ok()) return tag.status();
-    auto l = ShmListener::listen(fmt::format("kvtier-store-{}-{}", getpid(), tag->to_hex()));
-    if (!l.ok()) {
-      spdlog::warn("store server: shared-memory path off: {}", l.status().message());
-    } else if (::pipe2(I.shm_stop_pipe, O_CLOEXEC) != 0) {
-      spdlog::warn("store server: shared-memory path off: pipe failed");
-    } else {
-      I.shm_listener = std::move(*l);
-      I.host_id = host_boot_id();
-      I.shm_thread = std::thread([&I] { I.shm_attach_loop(); });
-    }
-  }
+  KVTIER_RETURN_IF_ERROR(I.bind_listener());
+  KVTIER_RETURN_IF_ERROR(I.start_metrics_endpoint());
+  KVTIER_RETURN_IF_ERROR(I.start_shm_attach());
 
   I.pool.emplace(config.store_threads);
   I.work.emplace(I.io.get_executor());
