@@ -148,12 +148,143 @@ Result<double> fio_all(const std::vector<std::string>& paths, const std::string&
   return sum;
 }
 
+// What run_raid_bench measures, in bytes per second.
+struct RaidFigures {
+  double fio_write_2 = 0, fio_read_2 = 0;  // the limits: fio on 2 members at once
+  double raid0_read = 0, raid0_write = 0, raid0_n_write = 0;
+  double raid5_write = 0, raid5_read = 0, raid5_degraded = 0;
+  double parity_cpu_s_per_gb = 0;
+};
+
+// Lays the files out (so reads hit the device, not holes) and measures the
+// members' own limits at the member request size and depth.
+Status measure_member_limits(const RaidBenchOptions& o, const std::vector<std::string>& paths,
+                             RaidFigures* f) {
+  const std::vector<std::string> two(paths.begin(), paths.begin() + 2);
+  const uint64_t S = o.strip_bytes;
+  const unsigned Q = o.queue_depth;
+  auto members = open_members(paths, o.member_bytes);
+  if (!members.ok()) return members.status();
+  members->clear();
+  if (o.progress)
+    o.progress("fio: sequential write on 2 members at once (also lays the files out)");
+  auto write2 = fio_all(two, "write", S, Q, o.member_bytes, o.seconds);
+  if (!write2.ok()) return write2.status();
+  f->fio_write_2 = *write2;
+  // Fill the third and later members too.
+  std::vector<std::string> rest(paths.begin() + 2, paths.end());
+  auto fill = fio_all(rest, "write", S, Q, o.member_bytes, o.seconds);
+  if (!fill.ok()) return fill.status();
+  if (o.progress) o.progress("fio: sequential read on 2 members at once");
+  auto read2 = fio_all(two, "read", S, Q, o.member_bytes, o.seconds);
+  if (!read2.ok()) return read2.status();
+  f->fio_read_2 = *read2;
+  return Status::ok_status();
+}
+
+// RAID0 over 2 members (against fio on the same 2) and over all of them (the
+// limit RAID5's writes are held to).
+Status measure_raid0(const RaidBenchOptions& o, const std::vector<std::string>& paths,
+                     RaidFigures* f) {
+  const std::vector<std::string> two(paths.begin(), paths.begin() + 2);
+  const uint64_t S = o.strip_bytes;
+  const unsigned Q = o.queue_depth;
+  {
+    auto m = open_members(two, o.member_bytes);
+    if (!m.ok()) return m.status();
+    auto r0 = blk::Raid0::create(*m, S);
+    if (!r0.ok()) return r0.status();
+    if (o.progress) o.progress("raid0 x2: sequential read");
+    auto r = drive(**r0, false, 2 * S, Q, (*r0)->capacity(), o.seconds);
+    if (!r.ok()) return r.status();
+    f->raid0_read = *r;
+    if (o.progress) o.progress("raid0 x2: sequential write");
+    auto w = drive(**r0, true, 2 * S, Q, (*r0)->capacity(), o.seconds);
+    if (!w.ok()) return w.status();
+    f->raid0_write = *w;
+  }
+  auto m = open_members(paths, o.member_bytes);
+  if (!m.ok()) return m.status();
+  auto r0 = blk::Raid0::create(*m, S);
+  if (!r0.ok()) return r0.status();
+  if (o.progress) o.progress(fmt::format("raid0 x{}: sequential write", paths.size()));
+  auto w = drive(**r0, true, paths.size() * S, Q, (*r0)->capacity(), o.seconds);
+  if (!w.ok()) return w.status();
+  f->raid0_n_write = *w;
+  return Status::ok_status();
+}
+
+// RAID5: full-stripe writes (and the parity's CPU cost), reads healthy and
+// with one member failed.
+Status measure_raid5(const RaidBenchOptions& o, const std::vector<std::string>& paths,
+                     RaidFigures* f) {
+  const size_t n5 = paths.size();
+  const uint64_t S = o.strip_bytes;
+  const unsigned Q = o.queue_depth;
+  auto m = open_members(paths, o.member_bytes);
+  if (!m.ok()) return m.status();
+  blk::RaidOptions ro;
+  ro.level = blk::RaidLevel::kRaid5;
+  ro.strip_bytes = S;
+  blk::RaidRuntimeOptions rt;
+  rt.workers = Q;
+  auto a = blk::RaidArray::create(*m, ro, rt);
+  if (!a.ok()) return a.status();
+  const uint64_t row = (n5 - 1) * S;
+  if (o.progress) o.progress(fmt::format("raid5 x{}: full-stripe sequential write", n5));
+  auto w = drive(**a, true, row, Q, (*a)->capacity(), o.seconds);
+  if (!w.ok()) return w.status();
+  f->raid5_write = *w;
+  const auto st = (*a)->status();
+  f->parity_cpu_s_per_gb = st.parity_bytes ? static_cast<double>(st.parity_cpu_ns) * 1e-9 /
+                                                 (static_cast<double>(st.parity_bytes) / 1e9)
+                                           : 0;
+  const uint64_t span =
+      std::min<uint64_t>((*a)->capacity(), static_cast<uint64_t>(f->raid5_write * o.seconds));
+  if (o.progress) o.progress(fmt::format("raid5 x{}: sequential read, healthy", n5));
+  auto r = drive(**a, false, row, Q, span, o.seconds);
+  if (!r.ok()) return r.status();
+  f->raid5_read = *r;
+  (void)(*a)->fail_member(0);
+  if (o.progress) o.progress(fmt::format("raid5 x{}: sequential read, one member failed", n5));
+  auto d = drive(**a, false, row, Q, span, o.seconds);
+  if (!d.ok()) return d.status();
+  f->raid5_degraded = *d;
+  return Status::ok_status();
+}
+
+nlohmann::json figures_json(const RaidBenchOptions& o, unsigned n5, const RaidFigures& f) {
+  const double gb = 1e9;
+  const double raid5_limit = f.raid0_n_write * (n5 - 1) / n5;
+  nlohmann::json j;
+  j["member_bytes"] = o.member_bytes;
+  j["strip_bytes"] = o.strip_bytes;
+  j["queue_depth"] = o.queue_depth;
+  j["raid5_members"] = n5;
+  j["fio_2members_read_gbps"] = f.fio_read_2 / gb;
+  j["fio_2members_write_gbps"] = f.fio_write_2 / gb;
+  j["raid0_read_gbps"] = f.raid0_read / gb;
+  j["raid0_write_gbps"] = f.raid0_write / gb;
+  j["raid0_read_ratio"] = f.raid0_read / f.fio_read_2;
+  j["raid0_write_ratio"] = f.raid0_write / f.fio_write_2;
+  j["raid0_n_write_gbps"] = f.raid0_n_write / gb;
+  j["raid5_write_gbps"] = f.raid5_write / gb;
+  j["raid5_write_limit_gbps"] = raid5_limit / gb;
+  j["raid5_write_ratio"] = f.raid5_write / raid5_limit;
+  j["raid5_read_gbps"] = f.raid5_read / gb;
+  j["raid5_degraded_read_gbps"] = f.raid5_degraded / gb;
+  j["raid5_degraded_read_ratio"] = f.raid5_degraded / f.raid5_read;
+  j["parity_cpu_seconds_per_gb"] = f.parity_cpu_s_per_gb;
+  j["bars"] = {{"raid0_read_ratio", 0.9},
+               {"raid0_write_ratio", 0.9},
+               {"raid5_write_ratio", 0.7},
+               {"raid5_degraded_read_ratio", 0.5}};
+  return j;
+}
+
 }  // namespace
 
 Result<RaidBenchReport> run_raid_bench(const RaidBenchOptions& o) {
-  auto say = [&](const std::string& s) {
-    if (o.progress) o.progress(s);
-  };
   const unsigned n5 = std::max(3u, o.raid5_members);
   std::error_code ec;
   fs::create_directories(o.dir, ec);
@@ -161,123 +292,16 @@ Result<RaidBenchReport> run_raid_bench(const RaidBenchOptions& o) {
   for (unsigned i = 0; i < n5; ++i) {
     paths.push_back((fs::path(o.dir) / fmt::format("kvtier-bench-raid-{}.member", i)).string());
   }
-  const std::vector<std::string> two(paths.begin(), paths.begin() + 2);
-  const uint64_t S = o.strip_bytes;
-  const unsigned Q = o.queue_depth;
-  nlohmann::json j;
-  j["member_bytes"] = o.member_bytes;
-  j["strip_bytes"] = S;
-  j["queue_depth"] = Q;
-  j["raid5_members"] = n5;
-
-  auto cleanup = [&] {
-    if (!o.keep_files) {
-      for (auto& p : paths) fs::remove(p, ec);
-    }
-  };
-  Status failed;
-  auto fail = [&](Status st) {
-    cleanup();
-    return st;
-  };
-  {
-    // Lay the files out (so reads hit the device, not holes) and measure the
-    // members' own limits at the member request size and depth.
-    auto members = open_members(paths, o.member_bytes);
-    if (!members.ok()) return fail(members.status());
+  RaidFigures f;
+  Status st = measure_member_limits(o, paths, &f);
+  if (st.ok()) st = measure_raid0(o, paths, &f);
+  if (st.ok()) st = measure_raid5(o, paths, &f);
+  if (!o.keep_files) {
+    for (auto& p : paths) fs::remove(p, ec);
   }
-  say("fio: sequential write on 2 members at once (also lays the files out)");
-  auto fio_w2 = fio_all(two, "write", S, Q, o.member_bytes, o.seconds);
-  if (!fio_w2.ok()) return fail(fio_w2.status());
-  // Fill the third and later members too.
-  {
-    std::vector<std::string> rest(paths.begin() + 2, paths.end());
-    auto fill = fio_all(rest, "write", S, Q, o.member_bytes, o.seconds);
-    if (!fill.ok()) return fail(fill.status());
-  }
-  say("fio: sequential read on 2 members at once");
-  auto fio_r2 = fio_all(two, "read", S, Q, o.member_bytes, o.seconds);
-  if (!fio_r2.ok()) return fail(fio_r2.status());
-
-  double raid0_read = 0, raid0_write = 0, raid0n_write = 0;
-  {
-    auto m = open_members(two, o.member_bytes);
-    if (!m.ok()) return fail(m.status());
-    auto r0 = blk::Raid0::create(*m, S);
-    if (!r0.ok()) return fail(r0.status());
-    say("raid0 x2: sequential read");
-    auto r = drive(**r0, false, 2 * S, Q, (*r0)->capacity(), o.seconds);
-    if (!r.ok()) return fail(r.status());
-    raid0_read = *r;
-    say("raid0 x2: sequential write");
-    auto w = drive(**r0, true, 2 * S, Q, (*r0)->capacity(), o.seconds);
-    if (!w.ok()) return fail(w.status());
-    raid0_write = *w;
-  }
-  {
-    auto m = open_members(paths, o.member_bytes);
-    if (!m.ok()) return fail(m.status());
-    auto r0 = blk::Raid0::create(*m, S);
-    if (!r0.ok()) return fail(r0.status());
-    say(fmt::format("raid0 x{}: sequential write", n5));
-    auto w = drive(**r0, true, n5 * S, Q, (*r0)->capacity(), o.seconds);
-    if (!w.ok()) return fail(w.status());
-    raid0n_write = *w;
-  }
-  double raid5_write = 0, raid5_read = 0, raid5_degraded = 0, cpu_s_per_gb = 0;
-  {
-    auto m = open_members(paths, o.member_bytes);
-    if (!m.ok()) return fail(m.status());
-    blk::RaidOptions ro;
-    ro.level = blk::RaidLevel::kRaid5;
-    ro.strip_bytes = S;
-    blk::RaidRuntimeOptions rt;
-    rt.workers = Q;
-    auto a = blk::RaidArray::create(*m, ro, rt);
-    if (!a.ok()) return fail(a.status());
-    const uint64_t row = (n5 - 1) * S;
-    say(fmt::format("raid5 x{}: full-stripe sequential write", n5));
-    auto w = drive(**a, true, row, Q, (*a)->capacity(), o.seconds);
-    if (!w.ok()) return fail(w.status());
-    raid5_write = *w;
-    const auto st = (*a)->status();
-    cpu_s_per_gb = st.parity_bytes ? static_cast<double>(st.parity_cpu_ns) * 1e-9 /
-                                         (static_cast<double>(st.parity_bytes) / 1e9)
-                                   : 0;
-    const uint64_t span =
-        std::min<uint64_t>((*a)->capacity(), static_cast<uint64_t>(raid5_write * o.seconds));
-    say(fmt::format("raid5 x{}: sequential read, healthy", n5));
-    auto r = drive(**a, false, row, Q, span, o.seconds);
-    if (!r.ok()) return fail(r.status());
-    raid5_read = *r;
-    (void)(*a)->fail_member(0);
-    say(fmt::format("raid5 x{}: sequential read, one member failed", n5));
-    auto d = drive(**a, false, row, Q, span, o.seconds);
-    if (!d.ok()) return fail(d.status());
-    raid5_degraded = *d;
-  }
-  cleanup();
-  const double gb = 1e9;
-  j["fio_2members_read_gbps"] = *fio_r2 / gb;
-  j["fio_2members_write_gbps"] = *fio_w2 / gb;
-  j["raid0_read_gbps"] = raid0_read / gb;
-  j["raid0_write_gbps"] = raid0_write / gb;
-  j["raid0_read_ratio"] = raid0_read / *fio_r2;
-  j["raid0_write_ratio"] = raid0_write / *fio_w2;
-  j["raid0_n_write_gbps"] = raid0n_write / gb;
-  j["raid5_write_gbps"] = raid5_write / gb;
-  j["raid5_write_limit_gbps"] = raid0n_write * (n5 - 1) / n5 / gb;
-  j["raid5_write_ratio"] = raid5_write / (raid0n_write * (n5 - 1) / n5);
-  j["raid5_read_gbps"] = raid5_read / gb;
-  j["raid5_degraded_read_gbps"] = raid5_degraded / gb;
-  j["raid5_degraded_read_ratio"] = raid5_degraded / raid5_read;
-  j["parity_cpu_seconds_per_gb"] = cpu_s_per_gb;
-  j["bars"] = {{"raid0_read_ratio", 0.9},
-               {"raid0_write_ratio", 0.9},
-               {"raid5_write_ratio", 0.7},
-               {"raid5_degraded_read_ratio", 0.5}};
+  if (!st.ok()) return st;
   RaidBenchReport rep;
-  rep.figures = std::move(j);
+  rep.figures = figures_json(o, n5, f);
   return rep;
 }
 

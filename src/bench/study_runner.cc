@@ -109,6 +109,16 @@ struct Event {
   bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
 };
 
+// Where one request's cached prefix came from and what its load cost.
+struct PrefixLoad {
+  size_t hbm = 0;            // blocks served from the replica's HBM pool
+  size_t cached = 0;         // blocks served from HBM or the store
+  size_t load_from = 0;      // under the race, [hbm, load_from) is recomputed during the load
+  size_t store_matched = 0;  // blocks the store already holds
+  double load_s = 0;         // the load's time, as charged (measured, or modeled in tests)
+  double load_wall_s = 0;    // the load's measured wall time
+};
+
 class Run {
  public:
   Run(const Workload& w, SessionScheduler& s, const std::string& protocol, StudyCase c,
@@ -137,6 +147,15 @@ class Run {
   void accept_issues(const std::vector<Issue>& issues, double now);
   void dispatch(const TraceRequest* req, double now);
   Status start_prefill(size_t p, double now);
+  // start_prefill's steps: the store load (after `hbm` blocks from the HBM
+  // pool), the books on which blocks were served and from where, and the
+  // write-behind save and PD transfer once prefill ends.
+  Result<PrefixLoad> load_from_store(PrefillReplica& p, std::span<const kv::Key128> keys,
+                                     size_t hbm, double scale);
+  void count_served_blocks(const TraceRequest& r, std::span<const kv::Key128> keys,
+                           const PrefixLoad& load);
+  Status after_prefill(size_t pi, uint32_t id, std::span<const kv::Key128> keys,
+                       size_t store_matched, double prefill_end, double scale);
   Status setup_pd_transfer();
   // Starts moving request `id`'s KV to its decode replica (on prefill
   // replica `p`'s thread).
@@ -408,115 +427,92 @@ void Run::dispatch(const TraceRequest* req, double now) {
   p.queue.push_back(static_cast<uint32_t>(inflight_.size() - 1));
 }
 
-Status Run::start_prefill(size_t pi, double now) {
-  auto& p = prefills_[pi];
-  if (p.busy || p.queue.empty()) return Status::ok_status();
-  const uint32_t id = p.queue.front();
-  p.queue.pop_front();
-  p.busy = true;
-  p.current = id;
-  auto& f = inflight_[id];
-  const TraceRequest& r = *f.req;
-  const auto& keys = keys_of(r);
-  const size_t n = keys.size();
-
-  size_t hbm = 0;
-  if (p.pool) hbm = p.pool->match_prefix(keys);
-  size_t cached = hbm;     // blocks served from HBM or the store
-  size_t load_from = hbm;  // under the race, [hbm, load_from) is recomputed during the load
-  size_t store_matched = 0;
-  double load_s = 0;       // the load's time, as charged (measured, or modeled in tests)
-  double load_wall_s = 0;  // the load's measured wall time
-  const double scale = charge_scale();
-  // This replica's earlier save comes before its load (one store path per
-  // replica): book it now.
-  KVTIER_RETURN_IF_ERROR(finish_save(p, scale));
-  if (p.connector) {
-    engine::LoadStartChooser choose;
-    if (o_.load_policy == LoadPolicy::kRace) {
-      const double compute_per_block = engine_.prefill_seconds(w_.block_tokens, 0);
-      // By value: compute_per_block ends with this block, before the load
-      // (on the replica's thread) calls the chooser.
-      choose = [compute_per_block, hbm, &p](const kv::MatchResult& m) {
-        return engine::plan_compute_load_race(m.tiers, hbm, m.blocks, compute_per_block,
-                                              p.load_rates)
-            .load_from;
-      };
-    }
-    // On the replica's thread; the loop waits, since the load's time
-    // decides when the replica is free. `choose` reads the replica's rate
-    // tracker, which nothing else touches meanwhile.
-    engine::KvConnector* connector = p.connector.get();
-    auto load = p.worker
-                    ->submit([connector, &keys, hbm, &choose] {
-                      return connector->load_prefix(keys, hbm, choose);
-                    })
-                    .get();
-    if (!load.ok()) return load.status();
-    store_matched = load->store_matched;
-    load_s = load_wall_s = load->wall_s;
-    double ram_s = load->ram_wall_s, disk_s = load->disk_wall_s;
-    if (o_.modeled_store) {
-      ram_s = static_cast<double>(load->bytes - load->disk_bytes) /
-              o_.modeled_store->ram_load_bytes_per_s;
-      disk_s = static_cast<double>(load->disk_bytes) / o_.modeled_store->disk_load_bytes_per_s;
-      load_s = ram_s + disk_s;
-    }
-    p.load_rates.observe(kv::Tier::kRam, load->from_ram, ram_s * scale);
-    p.load_rates.observe(kv::Tier::kDisk, load->from_disk, disk_s * scale);
-    res_.verify_failures += load->verify_failures;
-    res_.store_load_bytes += load->bytes;
-    res_.store_disk_load_bytes += load->disk_bytes;
-    res_.store_disk_load_wall_s += load->disk_wall_s;
-    if (load->loaded > 0) {
-      ++res_.store_load_events;
-      res_.store_hit_blocks += load->loaded;
-      res_.store_blocks_from_ram += load->from_ram;
-      res_.store_blocks_from_disk += load->from_disk;
-      cached = hbm + load->loaded;
-      load_from = load->load_from;
-    }
+Result<PrefixLoad> Run::load_from_store(PrefillReplica& p, std::span<const kv::Key128> keys,
+                                        size_t hbm, double scale) {
+  PrefixLoad out;
+  out.hbm = out.cached = out.load_from = hbm;
+  if (!p.connector) return out;
+  engine::LoadStartChooser choose;
+  if (o_.load_policy == LoadPolicy::kRace) {
+    const double compute_per_block = engine_.prefill_seconds(w_.block_tokens, 0);
+    // By value: compute_per_block ends with this block, before the load
+    // (on the replica's thread) calls the chooser.
+    choose = [compute_per_block, hbm, &p](const kv::MatchResult& m) {
+      return engine::plan_compute_load_race(m.tiers, hbm, m.blocks, compute_per_block, p.load_rates)
+          .load_from;
+    };
   }
+  // On the replica's thread; the loop waits, since the load's time decides
+  // when the replica is free. `choose` reads the replica's rate tracker,
+  // which nothing else touches meanwhile.
+  engine::KvConnector* connector = p.connector.get();
+  auto load = p.worker
+                  ->submit([connector, keys, hbm, &choose] {
+                    return connector->load_prefix(keys, hbm, choose);
+                  })
+                  .get();
+  if (!load.ok()) return load.status();
+  out.store_matched = load->store_matched;
+  out.load_s = out.load_wall_s = load->wall_s;
+  double ram_s = load->ram_wall_s, disk_s = load->disk_wall_s;
+  if (o_.modeled_store) {
+    ram_s = static_cast<double>(load->bytes - load->disk_bytes) /
+            o_.modeled_store->ram_load_bytes_per_s;
+    disk_s = static_cast<double>(load->disk_bytes) / o_.modeled_store->disk_load_bytes_per_s;
+    out.load_s = ram_s + disk_s;
+  }
+  p.load_rates.observe(kv::Tier::kRam, load->from_ram, ram_s * scale);
+  p.load_rates.observe(kv::Tier::kDisk, load->from_disk, disk_s * scale);
+  res_.verify_failures += load->verify_failures;
+  res_.store_load_bytes += load->bytes;
+  res_.store_disk_load_bytes += load->disk_bytes;
+  res_.store_disk_load_wall_s += load->disk_wall_s;
+  if (load->loaded > 0) {
+    ++res_.store_load_events;
+    res_.store_hit_blocks += load->loaded;
+    res_.store_blocks_from_ram += load->from_ram;
+    res_.store_blocks_from_disk += load->from_disk;
+    out.cached = hbm + load->loaded;
+    out.load_from = load->load_from;
+  }
+  return out;
+}
+
+void Run::count_served_blocks(const TraceRequest& r, std::span<const kv::Key128> keys,
+                              const PrefixLoad& load) {
+  const size_t n = keys.size();
+  const size_t hbm = load.hbm;
   // Blocks computed alongside the load (race) and the prefix usable after it.
-  const size_t front = load_from - hbm;
-  const size_t prefix = load_from + (cached - hbm);
+  const size_t front = load.load_from - hbm;
+  const size_t prefix = load.load_from + (load.cached - hbm);
   res_.race_recomputed_blocks += front;
   res_.prompt_blocks += n;
   res_.hbm_hit_blocks += hbm;
-  res_.computed_blocks += n - cached;
+  res_.computed_blocks += n - load.cached;
   for (size_t i = 0; i < n; ++i) {
     auto [it, inserted] = first_session_.emplace(keys[i], r.session);
-    const bool served = i < hbm || (i >= load_from && i < prefix);
+    const bool served = i < hbm || (i >= load.load_from && i < prefix);
     if (served && !inserted) {
       (it->second == r.session ? res_.same_session_blocks : res_.cross_session_blocks)++;
     }
   }
   const uint64_t cached_tokens =
-      std::min<uint64_t>(static_cast<uint64_t>(cached) * w_.block_tokens, r.prompt_tokens);
-  const uint64_t prefix_tokens =
-      std::min<uint64_t>(static_cast<uint64_t>(prefix) * w_.block_tokens, r.prompt_tokens);
-  const uint64_t front_tokens = std::min<uint64_t>(front * w_.block_tokens, prefix_tokens);
+      std::min<uint64_t>(static_cast<uint64_t>(load.cached) * w_.block_tokens, r.prompt_tokens);
   res_.kv_served_tokens += o_.profile.real_tokens(cached_tokens);
+  res_.store_wall_s += load.load_wall_s;
+  res_.store_load_wall_s += load.load_wall_s;
+}
 
-  if (p.pool) p.pool->insert(keys);
-
-  res_.store_wall_s += load_wall_s;
-  res_.store_load_wall_s += load_wall_s;
-  res_.store_charged_s += load_s * scale;
-  // The load starts once the replica's earlier saves are out of the way.
-  const double load_start = load_s > 0 && cached > hbm ? std::max(now, p.save_free_at) : now;
-  // The front's recompute starts at once, the load once the saves are out of
-  // the way; the rest of the prompt is computed when both are done.
-  const double front_compute = engine_.prefill_seconds(front_tokens, hbm * w_.block_tokens);
-  const double prefill = engine_.prefill_seconds(r.prompt_tokens - prefix_tokens, prefix_tokens);
-  const double prefill_end = std::max(now + front_compute, load_start + load_s * scale) + prefill;
-  f.prefill_end = prefill_end;
+Status Run::after_prefill(size_t pi, uint32_t id, std::span<const kv::Key128> keys,
+                          size_t store_matched, double prefill_end, double scale) {
+  auto& p = prefills_[pi];
+  auto& f = inflight_[id];
   // Blocks the store lacks are saved once computed (or, for HBM hits whose
   // store copy is gone, from the replica's pool): write-behind, on the
   // replica's thread, while the loop goes on; booked at its next load.
-  if (p.connector && store_matched < n) {
+  if (p.connector && store_matched < keys.size()) {
     engine::KvConnector* connector = p.connector.get();
-    auto rest = std::span(keys).subspan(store_matched);
+    auto rest = keys.subspan(store_matched);
     p.save = p.worker->submit([connector, rest] { return connector->save(rest); });
     p.save_after = prefill_end;
     if (!o_.overlap_replicas) KVTIER_RETURN_IF_ERROR(finish_save(p, scale));
@@ -533,6 +529,46 @@ Status Run::start_prefill(size_t pi, double now) {
   push(prefill_end, EvKind::kPrefillFree, static_cast<uint32_t>(pi));
   push(prefill_end + engine_.decode_seconds(1), EvKind::kTransferDone, id);
   return Status::ok_status();
+}
+
+Status Run::start_prefill(size_t pi, double now) {
+  auto& p = prefills_[pi];
+  if (p.busy || p.queue.empty()) return Status::ok_status();
+  const uint32_t id = p.queue.front();
+  p.queue.pop_front();
+  p.busy = true;
+  p.current = id;
+  auto& f = inflight_[id];
+  const TraceRequest& r = *f.req;
+  const auto& keys = keys_of(r);
+
+  const size_t hbm = p.pool ? p.pool->match_prefix(keys) : 0;
+  const double scale = charge_scale();
+  // This replica's earlier save comes before its load (one store path per
+  // replica): book it now.
+  KVTIER_RETURN_IF_ERROR(finish_save(p, scale));
+  auto load = load_from_store(p, keys, hbm, scale);
+  if (!load.ok()) return load.status();
+  count_served_blocks(r, keys, *load);
+  if (p.pool) p.pool->insert(keys);
+  res_.store_charged_s += load->load_s * scale;
+
+  const size_t front = load->load_from - hbm;
+  const size_t prefix = load->load_from + (load->cached - hbm);
+  const uint64_t prefix_tokens =
+      std::min<uint64_t>(static_cast<uint64_t>(prefix) * w_.block_tokens, r.prompt_tokens);
+  const uint64_t front_tokens = std::min<uint64_t>(front * w_.block_tokens, prefix_tokens);
+  // The load starts once the replica's earlier saves are out of the way.
+  const double load_start =
+      load->load_s > 0 && load->cached > hbm ? std::max(now, p.save_free_at) : now;
+  // The front's recompute starts at once, the load once the saves are out of
+  // the way; the rest of the prompt is computed when both are done.
+  const double front_compute = engine_.prefill_seconds(front_tokens, hbm * w_.block_tokens);
+  const double prefill = engine_.prefill_seconds(r.prompt_tokens - prefix_tokens, prefix_tokens);
+  const double prefill_end =
+      std::max(now + front_compute, load_start + load->load_s * scale) + prefill;
+  f.prefill_end = prefill_end;
+  return after_prefill(pi, id, keys, load->store_matched, prefill_end, scale);
 }
 
 Status Run::on_transfer_done(uint32_t id) {

@@ -149,6 +149,12 @@ class Store final : public KvStore {
  private:
   Result<std::vector<GetResult>> batch_get_impl(uint16_t ns, std::span<const BatchGetItem> items,
                                                 bool allow_direct);
+  // batch_get's steps: reject a bad call before any I/O; copy one RAM hit or
+  // say where the block is (the record to read from disk, or nothing when
+  // `res` already says hit or miss); count what the call returned.
+  Status check_batch_get(uint16_t ns, std::span<const BatchGetItem> items) const;
+  std::optional<IndexRecord> get_from_ram(uint16_t ns, const BatchGetItem& item, GetResult* res);
+  void count_gets(const std::vector<GetResult>& results, uint64_t started_ns);
   explicit Store(const StoreOptions& options);
   Status init();
   Status check_ns(uint16_t ns) const;

@@ -83,15 +83,11 @@ Result<std::vector<GetResult>> Store::batch_get(uint16_t ns, std::span<const Bat
   return batch_get_impl(ns, items, /*allow_direct=*/true);
 }
 
-Result<std::vector<GetResult>> Store::batch_get_impl(uint16_t ns,
-                                                     std::span<const BatchGetItem> items,
-                                                     bool allow_direct) {
-  KVTIER_RETURN_IF_ERROR(check_open());
-  KVTIER_RETURN_IF_ERROR(check_ns(ns));
-  // Validate everything before any I/O starts, so a rejected call touches
-  // no buffer: keys, non-empty buffers, buffers large enough for what the
-  // index holds, and buffers that do not overlap (a disk read completing into
-  // one must not be clobbered by another item's copy).
+// Validates everything before any I/O starts, so a rejected call touches no
+// buffer: keys, non-empty buffers, buffers large enough for what the index
+// holds, and buffers that do not overlap (a disk read completing into one must
+// not be clobbered by another item's copy).
+Status Store::check_batch_get(uint16_t ns, std::span<const BatchGetItem> items) const {
   for (const auto& it : items) {
     KVTIER_RETURN_IF_ERROR(check_key(it.key));
     if (it.out.empty()) return Status::invalid_argument("get into an empty buffer");
@@ -113,6 +109,69 @@ Result<std::vector<GetResult>> Store::batch_get_impl(uint16_t ns,
       }
     }
   }
+  return Status::ok_status();
+}
+
+std::optional<IndexRecord> Store::get_from_ram(uint16_t ns, const BatchGetItem& item,
+                                               GetResult* res) {
+  for (int attempt = 0;; ++attempt) {
+    auto rec = index_->find(item.key);
+    if (!rec) {
+      res->miss = attempt == 0 ? MissReason::kNotFound : MissReason::kEvicted;
+      return std::nullopt;
+    }
+    if (rec->ns != ns) {
+      res->miss = MissReason::kForeignNamespace;
+      return std::nullopt;
+    }
+    if (item.out.size() < rec->length) {
+      // The block changed since validation (removed and stored again with
+      // another length): a miss, not an error, since the call is under way.
+      res->miss = MissReason::kEvicted;
+      return std::nullopt;
+    }
+    if (rec->in_ram()) {
+      if (ram_->try_lease(rec->ram_slot, item.key, ns)) {
+        const uint32_t len = ram_->length(rec->ram_slot);
+        copy_block(item.out.data(), ram_->data(rec->ram_slot), len);
+        ram_->release(rec->ram_slot);
+        res->hit = true;
+        res->tier = Tier::kRam;
+        res->length = len;
+        return std::nullopt;
+      }
+      // The slot is being demoted or was reused: look again shortly.
+      if (attempt > 1000) {
+        res->miss = MissReason::kEvicted;
+        return std::nullopt;
+      }
+      if (attempt > 8) std::this_thread::yield();
+      continue;
+    }
+    if (rec->on_disk() && disk_) return rec;
+    res->miss = MissReason::kNotFound;
+    return std::nullopt;
+  }
+}
+
+void Store::count_gets(const std::vector<GetResult>& results, uint64_t started_ns) {
+  for (const GetResult& res : results) {
+    if (res.hit) {
+      (res.tier == Tier::kRam ? m_->hits_ram : m_->hits_disk).add();
+      m_->get_bytes.add(res.length);
+    } else {
+      count_miss(res.miss);
+    }
+  }
+  m_->get_latency.record(now_ns() - started_ns);
+}
+
+Result<std::vector<GetResult>> Store::batch_get_impl(uint16_t ns,
+                                                     std::span<const BatchGetItem> items,
+                                                     bool allow_direct) {
+  KVTIER_RETURN_IF_ERROR(check_open());
+  KVTIER_RETURN_IF_ERROR(check_ns(ns));
+  KVTIER_RETURN_IF_ERROR(check_batch_get(ns, items));
   const uint64_t t0 = now_ns();
   const uint64_t deadline = t0 + opts_.io_timeout_ms * 1000000ull;
   std::vector<GetResult> results(items.size());
@@ -149,52 +208,12 @@ Result<std::vector<GetResult>> Store::batch_get_impl(uint16_t ns,
 
   // RAM hits are copied now; disk reads go out in a sliding window.
   for (size_t i = 0; i < items.size(); ++i) {
-    const Key128& key = items[i].key;
-    GetResult& res = results[i];
-    for (int attempt = 0;; ++attempt) {
-      auto rec = index_->find(key);
-      if (!rec) {
-        res.miss = attempt == 0 ? MissReason::kNotFound : MissReason::kEvicted;
-        break;
-      }
-      if (rec->ns != ns) {
-        res.miss = MissReason::kForeignNamespace;
-        break;
-      }
-      if (items[i].out.size() < rec->length) {
-        // The block changed since validation (removed and stored again with
-        // another length): a miss, not an error, since the call is under way.
-        res.miss = MissReason::kEvicted;
-        break;
-      }
-      if (rec->in_ram()) {
-        if (ram_->try_lease(rec->ram_slot, key, ns)) {
-          const uint32_t len = ram_->length(rec->ram_slot);
-          copy_block(items[i].out.data(), ram_->data(rec->ram_slot), len);
-          ram_->release(rec->ram_slot);
-          res.hit = true;
-          res.tier = Tier::kRam;
-          res.length = len;
-          break;
-        }
-        // The slot is being demoted or was reused: look again shortly.
-        if (attempt > 1000) {
-          res.miss = MissReason::kEvicted;
-          break;
-        }
-        if (attempt > 8) std::this_thread::yield();
-        continue;
-      }
-      if (rec->on_disk() && disk_) {
-        auto target = std::make_shared<ReadTarget>(items[i].out, allow_direct);
-        disk_->read_async(*rec, target, deadline);
-        pending.push_back({i, *rec, std::move(target)});
-        if (pending.size() - finished >= window) finish(pending[finished++]);
-        break;
-      }
-      res.miss = MissReason::kNotFound;
-      break;
-    }
+    auto rec = get_from_ram(ns, items[i], &results[i]);
+    if (!rec) continue;
+    auto target = std::make_shared<ReadTarget>(items[i].out, allow_direct);
+    disk_->read_async(*rec, target, deadline);
+    pending.push_back({i, *rec, std::move(target)});
+    if (pending.size() - finished >= window) finish(pending[finished++]);
   }
   while (finished < pending.size()) finish(pending[finished++]);
   // Pass 3: bookkeeping and promotion, off the read critical path.
@@ -204,15 +223,7 @@ Result<std::vector<GetResult>> Store::batch_get_impl(uint16_t ns,
       promote(ns, items[p.item].key, ByteView(items[p.item].out.data(), res.length), p.crc);
     }
   }
-  for (const GetResult& res : results) {
-    if (res.hit) {
-      (res.tier == Tier::kRam ? m_->hits_ram : m_->hits_disk).add();
-      m_->get_bytes.add(res.length);
-    } else {
-      count_miss(res.miss);
-    }
-  }
-  m_->get_latency.record(now_ns() - t0);
+  count_gets(results, t0);
   return results;
 }
 
