@@ -109,114 +109,142 @@ void BlockDaemon::add_restored_locked(const VolumeConfig& cfg) {
   }
 }
 
+namespace {
+
+Result<std::unique_ptr<nvmf::NvmeTcpDevice>> connect_remote_volume(const VolumeConfig& cfg) {
+  KVTIER_RETURN_IF_ERROR(validate_remote(cfg.name, cfg.remote));
+  nvmf::HostOptions o;
+  o.address = cfg.remote.address;
+  o.port = cfg.remote.port;
+  o.subnqn = cfg.remote.nqn;
+  o.hostnqn = cfg.remote.hostnqn;
+  o.nsid = cfg.remote.nsid;
+  o.io_queues = cfg.remote.io_queues;
+  o.hdgst = cfg.remote.hdgst;
+  o.ddgst = cfg.remote.ddgst;
+  o.reconnect_delay = std::chrono::milliseconds(cfg.remote.reconnect_delay_ms);
+  o.ctrl_loss_tmo = std::chrono::milliseconds(cfg.remote.ctrl_loss_tmo_ms);
+  o.fast_io_fail_tmo = std::chrono::milliseconds(cfg.remote.fast_io_fail_tmo_ms);
+  auto d = nvmf::NvmeTcpDevice::connect(o);
+  if (!d.ok()) {
+    return Status(d.status().code(),
+                  fmt::format("{}:{} {}: {}", cfg.remote.address, cfg.remote.port, cfg.remote.nqn,
+                              d.status().message()));
+  }
+  return d;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<blk::BlockDevice>> BlockDaemon::open_file_volume(const VolumeConfig& cfg) {
+  auto file = paths_.open(cfg.path, cfg.size_bytes, !cfg.buffered);
+  if (!file.ok()) return file.status();
+  blk::UringOptions o;
+  o.path = cfg.path;
+  o.adopt_fd = file->fd;
+  o.create_size = cfg.size_bytes;
+  o.direct = !cfg.buffered;
+  auto d = blk::UringDevice::open(o);
+  if (!d.ok()) {
+    return Status(d.status().code(), fmt::format("{}: {}", cfg.path, d.status().message()));
+  }
+  return std::shared_ptr<blk::BlockDevice>(std::move(*d));
+}
+
+Result<std::shared_ptr<blk::BlockDevice>> BlockDaemon::open_partition_locked(
+    const VolumeConfig& cfg) {
+  auto parent = find_locked(cfg.parent);
+  if (!parent.ok()) return parent.status();
+  if (!(*parent)->error.empty()) {
+    return Status::unavailable(fmt::format("parent '{}' is unavailable", cfg.parent));
+  }
+  if (!(*parent)->used_by.empty()) {
+    return Status::failed_precondition(
+        fmt::format("'{}' is already used by '{}'", cfg.parent, (*parent)->used_by));
+  }
+  KVTIER_RETURN_IF_ERROR(check_not_exported_locked(cfg.parent));
+  auto p = blk::Partition::create((*parent)->qos, cfg.offset_bytes, cfg.length_bytes, cfg.name);
+  if (!p.ok()) return p.status();
+  return std::shared_ptr<blk::BlockDevice>(std::move(*p));
+}
+
+// A RAID0 or a redundant array over the members' QoS devices: formatted when
+// `format`, else assembled from what the members hold (then `v->raid`).
+Result<std::shared_ptr<blk::BlockDevice>> BlockDaemon::open_array_locked(const VolumeConfig& cfg,
+                                                                         bool format, Volume* v) {
+  std::vector<std::shared_ptr<blk::BlockDevice>> members;
+  for (const auto& m : cfg.members) {
+    auto mv = find_locked(m);
+    if (!mv.ok()) return mv.status();
+    if (!(*mv)->used_by.empty()) {
+      return Status::failed_precondition(
+          fmt::format("'{}' is already used by '{}'", m, (*mv)->used_by));
+    }
+    KVTIER_RETURN_IF_ERROR(check_not_exported_locked(m));
+    if (std::count(cfg.members.begin(), cfg.members.end(), m) > 1) {
+      return Status::invalid_argument(fmt::format("'{}' is listed twice", m));
+    }
+    // An unavailable member is a missing one: a redundant array assembles
+    // degraded without it.
+    if ((*mv)->error.empty()) members.push_back((*mv)->qos);
+  }
+  if (cfg.kind == "raid0") {
+    if (members.size() != cfg.members.size()) {
+      return Status::unavailable("a raid0 member is unavailable");
+    }
+    auto a = blk::Raid0::create(members, cfg.strip_bytes ? cfg.strip_bytes : (64 << 10));
+    if (!a.ok()) return a.status();
+    return std::shared_ptr<blk::BlockDevice>(std::move(*a));
+  }
+  auto level = blk::parse_raid_level(cfg.kind);
+  if (!level.ok()) return level.status();
+  Result<std::unique_ptr<blk::RaidArray>> a = Status::internal("unset");
+  if (format) {
+    blk::RaidOptions o;
+    o.level = *level;
+    o.strip_bytes = cfg.strip_bytes ? cfg.strip_bytes : (64 << 10);
+    o.copies = cfg.copies ? cfg.copies : 2;
+    o.name = cfg.name;
+    a = blk::RaidArray::create(members, o);
+  } else {
+    a = blk::RaidArray::assemble(members, raid_options_);
+  }
+  if (!a.ok()) return a.status();
+  if ((*a)->level() != *level) {
+    return Status::corruption(fmt::format("members hold a {}, the config says {}",
+                                          blk::raid_level_name((*a)->level()), cfg.kind));
+  }
+  v->raid = std::shared_ptr<blk::RaidArray>(std::move(*a));
+  return std::shared_ptr<blk::BlockDevice>(v->raid);
+}
+
 Status BlockDaemon::instantiate_locked(const VolumeConfig& cfg, bool format) {
   auto v = std::make_unique<Volume>();
   v->cfg = cfg;
-  std::shared_ptr<blk::BlockDevice> base;
+  Result<std::shared_ptr<blk::BlockDevice>> base = Status::internal("unset");
   if (cfg.kind == "file") {
-    auto file = paths_.open(cfg.path, cfg.size_bytes, !cfg.buffered);
-    if (!file.ok()) return file.status();
-    blk::UringOptions o;
-    o.path = cfg.path;
-    o.adopt_fd = file->fd;
-    o.create_size = cfg.size_bytes;
-    o.direct = !cfg.buffered;
-    auto d = blk::UringDevice::open(o);
-    if (!d.ok())
-      return Status(d.status().code(), fmt::format("{}: {}", cfg.path, d.status().message()));
-    base = std::move(*d);
+    base = open_file_volume(cfg);
   } else if (cfg.kind == "remote") {
-    KVTIER_RETURN_IF_ERROR(validate_remote(cfg.name, cfg.remote));
-    nvmf::HostOptions o;
-    o.address = cfg.remote.address;
-    o.port = cfg.remote.port;
-    o.subnqn = cfg.remote.nqn;
-    o.hostnqn = cfg.remote.hostnqn;
-    o.nsid = cfg.remote.nsid;
-    o.io_queues = cfg.remote.io_queues;
-    o.hdgst = cfg.remote.hdgst;
-    o.ddgst = cfg.remote.ddgst;
-    o.reconnect_delay = std::chrono::milliseconds(cfg.remote.reconnect_delay_ms);
-    o.ctrl_loss_tmo = std::chrono::milliseconds(cfg.remote.ctrl_loss_tmo_ms);
-    o.fast_io_fail_tmo = std::chrono::milliseconds(cfg.remote.fast_io_fail_tmo_ms);
-    auto d = nvmf::NvmeTcpDevice::connect(o);
-    if (!d.ok()) {
-      return Status(d.status().code(),
-                    fmt::format("{}:{} {}: {}", cfg.remote.address, cfg.remote.port, cfg.remote.nqn,
-                                d.status().message()));
-    }
-    v->remote = std::shared_ptr<nvmf::NvmeTcpDevice>(std::move(*d));
-    base = v->remote;
+    auto remote = connect_remote_volume(cfg);
+    if (!remote.ok()) return remote.status();
+    v->remote = std::shared_ptr<nvmf::NvmeTcpDevice>(std::move(*remote));
+    base = std::shared_ptr<blk::BlockDevice>(v->remote);
   } else if (cfg.kind == "mem") {
     if (cfg.size_bytes < 4096 || cfg.size_bytes > (64ull << 30)) {
       return Status::invalid_argument("a RAM volume holds 4 KiB to 64 GiB");
     }
-    base = std::make_shared<blk::MemDevice>(cfg.size_bytes, 4096, 4096);
+    base = std::shared_ptr<blk::BlockDevice>(
+        std::make_shared<blk::MemDevice>(cfg.size_bytes, 4096, 4096));
   } else if (cfg.kind == "partition") {
-    auto parent = find_locked(cfg.parent);
-    if (!parent.ok()) return parent.status();
-    if (!(*parent)->error.empty()) {
-      return Status::unavailable(fmt::format("parent '{}' is unavailable", cfg.parent));
-    }
-    if (!(*parent)->used_by.empty()) {
-      return Status::failed_precondition(
-          fmt::format("'{}' is already used by '{}'", cfg.parent, (*parent)->used_by));
-    }
-    KVTIER_RETURN_IF_ERROR(check_not_exported_locked(cfg.parent));
-    auto p = blk::Partition::create((*parent)->qos, cfg.offset_bytes, cfg.length_bytes, cfg.name);
-    if (!p.ok()) return p.status();
-    base = std::move(*p);
+    base = open_partition_locked(cfg);
   } else if (is_array(cfg.kind)) {
-    std::vector<std::shared_ptr<blk::BlockDevice>> members;
-    for (const auto& m : cfg.members) {
-      auto mv = find_locked(m);
-      if (!mv.ok()) return mv.status();
-      if (!(*mv)->used_by.empty()) {
-        return Status::failed_precondition(
-            fmt::format("'{}' is already used by '{}'", m, (*mv)->used_by));
-      }
-      KVTIER_RETURN_IF_ERROR(check_not_exported_locked(m));
-      if (std::count(cfg.members.begin(), cfg.members.end(), m) > 1) {
-        return Status::invalid_argument(fmt::format("'{}' is listed twice", m));
-      }
-      // An unavailable member is a missing one: a redundant array assembles
-      // degraded without it.
-      if ((*mv)->error.empty()) members.push_back((*mv)->qos);
-    }
-    if (cfg.kind == "raid0") {
-      if (members.size() != cfg.members.size()) {
-        return Status::unavailable("a raid0 member is unavailable");
-      }
-      auto a = blk::Raid0::create(members, cfg.strip_bytes ? cfg.strip_bytes : (64 << 10));
-      if (!a.ok()) return a.status();
-      base = std::move(*a);
-    } else {
-      auto level = blk::parse_raid_level(cfg.kind);
-      if (!level.ok()) return level.status();
-      Result<std::unique_ptr<blk::RaidArray>> a = Status::internal("unset");
-      if (format) {
-        blk::RaidOptions o;
-        o.level = *level;
-        o.strip_bytes = cfg.strip_bytes ? cfg.strip_bytes : (64 << 10);
-        o.copies = cfg.copies ? cfg.copies : 2;
-        o.name = cfg.name;
-        a = blk::RaidArray::create(members, o);
-      } else {
-        a = blk::RaidArray::assemble(members, raid_options_);
-      }
-      if (!a.ok()) return a.status();
-      if ((*a)->level() != *level) {
-        return Status::corruption(fmt::format("members hold a {}, the config says {}",
-                                              blk::raid_level_name((*a)->level()), cfg.kind));
-      }
-      v->raid = std::shared_ptr<blk::RaidArray>(std::move(*a));
-      base = v->raid;
-    }
+    base = open_array_locked(cfg, format, v.get());
   } else {
     return Status::invalid_argument(fmt::format("unknown kind '{}'", cfg.kind));
   }
-  v->base = base;
-  v->health = std::make_shared<blk::HealthDevice>(base, health_options_);
+  if (!base.ok()) return base.status();
+  v->base = *base;
+  v->health = std::make_shared<blk::HealthDevice>(*base, health_options_);
   v->qos = std::make_shared<blk::QosDevice>(v->health, cfg.qos);
   for (const auto& m : cfg.members) volumes_[m]->used_by = cfg.name;
   if (cfg.kind == "partition") volumes_[cfg.parent]->used_by = cfg.name;

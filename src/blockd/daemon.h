@@ -101,7 +101,16 @@ class BlockDaemon {
         health_options_(health),
         raid_options_(raid) {}
   // Builds the device stack of `cfg` (format = false: assemble arrays).
+  // render_metrics' parts, under mu_.
+  void render_volume_metrics_locked(std::string& out) const;
+  void render_array_metrics_locked(std::string& out) const;
+  void render_export_metrics_locked(std::string& out) const;
   Status instantiate_locked(const VolumeConfig& cfg, bool format);
+  // The device of one volume kind, for instantiate_locked.
+  Result<std::shared_ptr<blk::BlockDevice>> open_file_volume(const VolumeConfig& cfg);
+  Result<std::shared_ptr<blk::BlockDevice>> open_partition_locked(const VolumeConfig& cfg);
+  Result<std::shared_ptr<blk::BlockDevice>> open_array_locked(const VolumeConfig& cfg, bool format,
+                                                              Volume* v);
   void add_restored_locked(const VolumeConfig& cfg);
   // A new volume from the API: built (arrays formatted), persisted, described.
   Result<v1::Volume> add_volume_locked(const VolumeConfig& c);

@@ -22,13 +22,16 @@ std::string prom_escape(const std::string& s) {
   return o;
 }
 
+// The HELP and TYPE lines of one family.
+void add_family(std::string& out, const char* name, const char* type, const char* help) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
 }  // namespace
 
-std::string BlockDaemon::render_metrics() const {
-  std::lock_guard lk(mu_);
-  std::string out;
+void BlockDaemon::render_volume_metrics_locked(std::string& out) const {
   auto family = [&](const char* name, const char* type, const char* help) {
-    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+    add_family(out, name, type, help);
   };
   auto each = [&](const char* name, auto value_of) {
     for (const auto& n : order_) {
@@ -89,8 +92,12 @@ std::string BlockDaemon::render_metrics() const {
          "Write latency, 99th percentile");
   each("kvtier_blockd_volume_write_latency_p99_seconds",
        [](const Volume& v) { return v.health->write_latency().quantile(0.99) / 1e9; });
-  family("kvtier_blockd_array_members", "gauge", "Array members by state");
-  family("kvtier_blockd_array_rebuild_rows_done", "gauge", "Rows rebuilt by the current rebuild");
+}
+
+void BlockDaemon::render_array_metrics_locked(std::string& out) const {
+  add_family(out, "kvtier_blockd_array_members", "gauge", "Array members by state");
+  add_family(out, "kvtier_blockd_array_rebuild_rows_done", "gauge",
+             "Rows rebuilt by the current rebuild");
   for (const auto& n : order_) {
     const Volume& v = *volumes_.at(n);
     if (!v.raid) continue;
@@ -105,8 +112,11 @@ std::string BlockDaemon::render_metrics() const {
     out += fmt::format("kvtier_blockd_array_rebuild_rows_done{{volume=\"{}\"}} {}\n",
                        prom_escape(n), st.rebuild_rows_done);
   }
+}
+
+void BlockDaemon::render_export_metrics_locked(std::string& out) const {
   auto each_export = [&](const char* name, const char* type, const char* help, auto value_of) {
-    family(name, type, help);
+    add_family(out, name, type, help);
     for (const auto& n : export_order_) {
       const Export& e = *exports_.at(n);
       if (!e.target && std::string(name) != "kvtier_blockd_export_up") continue;
@@ -130,6 +140,14 @@ std::string BlockDaemon::render_metrics() const {
               [](const Export& e) { return e.counted->stats().bytes_written; });
   each_export("kvtier_blockd_export_errors_total", "counter", "Failed requests of the export",
               [](const Export& e) { return e.counted->stats().errors; });
+}
+
+std::string BlockDaemon::render_metrics() const {
+  std::lock_guard lk(mu_);
+  std::string out;
+  render_volume_metrics_locked(out);
+  render_array_metrics_locked(out);
+  render_export_metrics_locked(out);
   return out;
 }
 

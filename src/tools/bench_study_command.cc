@@ -93,6 +93,94 @@ void draw_progress(const bench::StudyProgress& sp) {
   std::fflush(stderr);
 }
 
+// The run's options from the command line; false (after saying why) on bad input.
+bool resolve_study_options(StudyCli& cli, engine::EngineProfile* profile) {
+  if (cli.prefill_tokens_per_s > 0) profile->prefill_tokens_per_s = cli.prefill_tokens_per_s;
+  auto& o = cli.run;
+  o.study.profile = *profile;
+  o.study.ram_bytes = static_cast<uint64_t>(cli.ram_gib * (1ull << 30));
+  o.study.disk_bytes = static_cast<uint64_t>(cli.disk_tib * (1ull << 40));
+  if (!bench::parse_pd_transfer_mode(cli.pd_transfer, &o.study.pd_transfer)) {
+    std::fprintf(stderr, "kvtier bench study: --pd-transfer is loopback or modeled\n");
+    return false;
+  }
+  o.cases.clear();
+  for (char ch : cli.cases) {
+    bench::StudyCase c;
+    if (!bench::parse_study_case(std::string(1, ch), &c)) {
+      std::fprintf(stderr, "kvtier bench study: unknown case '%c' (A-F)\n", ch);
+      return false;
+    }
+    o.cases.push_back(c);
+  }
+  if (cli.protocol == "both") {
+    o.protocols = {"short-reuse", "long-reuse"};
+  } else if (cli.protocol == "short" || cli.protocol == "long" || cli.protocol == "fleet") {
+    o.protocols = {cli.protocol == "fleet" ? "fleet" : cli.protocol + "-reuse"};
+  } else {
+    std::fprintf(stderr, "kvtier bench study: --protocol is short, long, both or fleet\n");
+    return false;
+  }
+  if (!cli.report_dir.empty() && cli.report_dir.find('\'') != std::string::npos) {
+    std::fprintf(stderr, "kvtier bench study: --report must not contain a quote\n");
+    return false;
+  }
+  return true;
+}
+
+// The session scheduler of each protocol, from the command line's options.
+bench::SchedulerFactory scheduler_factory(const StudyCli& cli) {
+  const uint64_t seed = cli.run.study.seed;
+  return
+      [&cli, seed](const bench::Workload& wl,
+                   const std::string& proto) -> Result<std::unique_ptr<bench::SessionScheduler>> {
+        if (proto == "short-reuse") {
+          bench::ShortReuseOptions so;
+          so.active_sessions = cli.active_sessions;
+          so.seed = seed;
+          return bench::make_short_reuse(wl, so);
+        }
+        if (proto == "long-reuse") {
+          bench::LongReuseOptions lo;
+          lo.min_other_completions = cli.min_other;
+          lo.target_in_flight = cli.run.study.max_in_flight;
+          lo.seed = seed;
+          return bench::make_long_reuse(wl, lo);
+        }
+        bench::FleetOptions fo;
+        fo.concurrent_sessions = cli.fleet_sessions;
+        fo.steady_state = cli.fleet_steady;
+        fo.pause_s = cli.fleet_pause_s;
+        fo.seed = seed;
+        return bench::make_fleet(wl, fo);
+      };
+}
+
+// The report folder (with plots where the script is found) and the report
+// on stdout; the exit code.
+int write_study_outputs(const StudyCli& cli, const bench::StudyReport& report) {
+  int rc = 0;
+  if (!cli.report_dir.empty()) {
+    const std::string script = cli.plot_script.empty() ? find_plot_script() : cli.plot_script;
+    if (script.empty()) {
+      std::fprintf(stderr, "kvtier bench study: scripts/plot_study.py not found; no plots\n");
+    }
+    auto st = bench::write_study_report(report, cli.report_dir, script);
+    if (!st.ok()) {
+      std::fprintf(stderr, "kvtier bench study: %s\n", st.to_string().c_str());
+      rc = 1;
+    } else {
+      std::fprintf(stderr, "report written to %s\n", cli.report_dir.c_str());
+    }
+  }
+  if (cli.json) {
+    std::cout << report.json().dump(2) << std::endl;
+  } else {
+    std::cout << report.markdown() << std::endl;
+  }
+  return rc;
+}
+
 int run_study_cli(StudyCli cli) {
   auto profile = engine::find_engine_profile(cli.profile);
   if (!profile) {
@@ -103,36 +191,8 @@ int run_study_cli(StudyCli cli) {
     std::fprintf(stderr, "\n");
     return 2;
   }
-  if (cli.prefill_tokens_per_s > 0) profile->prefill_tokens_per_s = cli.prefill_tokens_per_s;
+  if (!resolve_study_options(cli, &*profile)) return 2;
   auto& o = cli.run;
-  o.study.profile = *profile;
-  o.study.ram_bytes = static_cast<uint64_t>(cli.ram_gib * (1ull << 30));
-  o.study.disk_bytes = static_cast<uint64_t>(cli.disk_tib * (1ull << 40));
-  if (!bench::parse_pd_transfer_mode(cli.pd_transfer, &o.study.pd_transfer)) {
-    std::fprintf(stderr, "kvtier bench study: --pd-transfer is loopback or modeled\n");
-    return 2;
-  }
-  o.cases.clear();
-  for (char ch : cli.cases) {
-    bench::StudyCase c;
-    if (!bench::parse_study_case(std::string(1, ch), &c)) {
-      std::fprintf(stderr, "kvtier bench study: unknown case '%c' (A-F)\n", ch);
-      return 2;
-    }
-    o.cases.push_back(c);
-  }
-  if (cli.protocol == "both") {
-    o.protocols = {"short-reuse", "long-reuse"};
-  } else if (cli.protocol == "short" || cli.protocol == "long" || cli.protocol == "fleet") {
-    o.protocols = {cli.protocol == "fleet" ? "fleet" : cli.protocol + "-reuse"};
-  } else {
-    std::fprintf(stderr, "kvtier bench study: --protocol is short, long, both or fleet\n");
-    return 2;
-  }
-  if (!cli.report_dir.empty() && cli.report_dir.find('\'') != std::string::npos) {
-    std::fprintf(stderr, "kvtier bench study: --report must not contain a quote\n");
-    return 2;
-  }
   std::fprintf(stderr, "kvtier bench study: preparing the workload...\n");
   auto w = load_workload(cli, *profile);
   if (!w.ok()) {
@@ -155,71 +215,20 @@ int run_study_cli(StudyCli cli) {
                  static_cast<unsigned long long>(profile->stored_kv_bytes_per_token),
                  profile->byte_scale());
   }
-  const uint64_t seed = o.study.seed;
-  bench::SchedulerFactory factory =
-      [&](const bench::Workload& wl,
-          const std::string& proto) -> Result<std::unique_ptr<bench::SessionScheduler>> {
-    if (proto == "short-reuse") {
-      bench::ShortReuseOptions so;
-      so.active_sessions = cli.active_sessions;
-      so.seed = seed;
-      return bench::make_short_reuse(wl, so);
-    }
-    if (proto == "long-reuse") {
-      bench::LongReuseOptions lo;
-      lo.min_other_completions = cli.min_other;
-      lo.target_in_flight = cli.run.study.max_in_flight;
-      lo.seed = seed;
-      return bench::make_long_reuse(wl, lo);
-    }
-    bench::FleetOptions fo;
-    fo.concurrent_sessions = cli.fleet_sessions;
-    fo.steady_state = cli.fleet_steady;
-    fo.pause_s = cli.fleet_pause_s;
-    fo.seed = seed;
-    return bench::make_fleet(wl, fo);
-  };
-  auto report = bench::run_study(*w, o, factory, [&](const bench::StudyProgress& sp) {
-    if (!cli.quiet) draw_progress(sp);
-  });
+  auto report =
+      bench::run_study(*w, o, scheduler_factory(cli), [&](const bench::StudyProgress& sp) {
+        if (!cli.quiet) draw_progress(sp);
+      });
   if (!cli.quiet) std::fprintf(stderr, "\n");
   if (!report.ok()) {
     std::fprintf(stderr, "kvtier bench study: %s\n", report.status().to_string().c_str());
     return 1;
   }
-  int rc = 0;
-  if (!cli.report_dir.empty()) {
-    const std::string script = cli.plot_script.empty() ? find_plot_script() : cli.plot_script;
-    if (script.empty()) {
-      std::fprintf(stderr, "kvtier bench study: scripts/plot_study.py not found; no plots\n");
-    }
-    auto st = bench::write_study_report(*report, cli.report_dir, script);
-    if (!st.ok()) {
-      std::fprintf(stderr, "kvtier bench study: %s\n", st.to_string().c_str());
-      rc = 1;
-    } else {
-      std::fprintf(stderr, "report written to %s\n", cli.report_dir.c_str());
-    }
-  }
-  if (cli.json) {
-    std::cout << report->json().dump(2) << std::endl;
-  } else {
-    std::cout << report->markdown() << std::endl;
-  }
-  return rc;
+  return write_study_outputs(cli, *report);
 }
 
-void add_study_bench_command(CLI::App& app) {
-  auto* bench = bench_group(app);
-  auto cli = std::make_shared<StudyCli>();
-  auto* cmd = bench->add_subcommand(
-      "study",
-      "The study's benchmark: replay agent sessions through the six configurations (A recompute, "
-      "B local prefix cache, C shared RAM, D RAM + local NVMe, E RAM + remote NVMe over NVMe/TCP, "
-      "F direct volume reads) under short- and long-reuse protocols. A discrete-event run: GPU "
-      "time is modeled, every store operation really runs (real bytes, O_DIRECT volume files) and "
-      "its wall time x the profile's byte scale is charged to the virtual clock. Prints the "
-      "study's tables 6, 7 and 9 (see docs/study.md)");
+// What is replayed: the profile, the protocol, the cases and the workload.
+void add_workload_options(CLI::App* cmd, const std::shared_ptr<StudyCli>& cli) {
   cmd->add_option("--profile", cli->profile,
                   "Engine profile: h100-qwen3-coder-30b-scaled (for small machines) or "
                   "h100-qwen3-coder-30b (unscaled: 96 KiB stored per token)")
@@ -242,6 +251,10 @@ void add_study_bench_command(CLI::App& app) {
   cmd->add_flag("--fleet-steady", cli->fleet_steady, "Fleet: steady state instead of batch");
   cmd->add_option("--fleet-pause", cli->fleet_pause_s, "Fleet: pause between turns, seconds")
       ->capture_default_str();
+}
+
+// The service: replicas, routing, the modeled GPU and how it uses a cached prefix.
+void add_service_options(CLI::App* cmd, const std::shared_ptr<StudyCli>& cli) {
   add_ranged_option(cmd, "--prefill", cli->run.study.prefill_replicas, "Prefill replicas", 1u, 64u);
   add_ranged_option(cmd, "--decode", cli->run.study.decode_replicas, "Decode replicas", 1u, 64u);
   add_ranged_option(cmd, "--max-in-flight", cli->run.study.max_in_flight,
@@ -280,6 +293,10 @@ void add_study_bench_command(CLI::App& app) {
          "still helps)")
       ->check(CLI::IsMember({"load", "race"}))
       ->default_str("race");
+}
+
+// The store's tiers and the prefill-to-decode transfer.
+void add_store_options(CLI::App* cmd, const std::shared_ptr<StudyCli>& cli) {
   cmd->add_option("--ram-gib", cli->ram_gib,
                   "Shared RAM tier, deployment GiB (divided by the byte scale for the run)")
       ->capture_default_str();
@@ -301,6 +318,10 @@ void add_study_bench_command(CLI::App& app) {
                 "alone; the report then shows the seconds replicas really overlapped. On a "
                 "machine with few cores the overlap is mostly the testbed's own loopback copies "
                 "competing with the store for the CPU");
+}
+
+// What the run prints and writes.
+void add_output_options(CLI::App* cmd, const std::shared_ptr<StudyCli>& cli) {
   cmd->add_option("--seed", cli->run.study.seed, "Seed of the workload and the schedulers")
       ->capture_default_str();
   cmd->add_option("--report", cli->report_dir,
@@ -314,6 +335,23 @@ void add_study_bench_command(CLI::App& app) {
   cmd->add_flag(
       "--json", cli->json,
       "Print one JSON object (every ratio under a key ending in _ratio) instead of the tables");
+}
+
+void add_study_bench_command(CLI::App& app) {
+  auto* bench = bench_group(app);
+  auto cli = std::make_shared<StudyCli>();
+  auto* cmd = bench->add_subcommand(
+      "study",
+      "The study's benchmark: replay agent sessions through the six configurations (A recompute, "
+      "B local prefix cache, C shared RAM, D RAM + local NVMe, E RAM + remote NVMe over NVMe/TCP, "
+      "F direct volume reads) under short- and long-reuse protocols. A discrete-event run: GPU "
+      "time is modeled, every store operation really runs (real bytes, O_DIRECT volume files) and "
+      "its wall time x the profile's byte scale is charged to the virtual clock. Prints the "
+      "study's tables 6, 7 and 9 (see docs/study.md)");
+  add_workload_options(cmd, cli);
+  add_service_options(cmd, cli);
+  add_store_options(cmd, cli);
+  add_output_options(cmd, cli);
   cmd->callback([cli] { std::exit(run_study_cli(*cli)); });
 }
 
