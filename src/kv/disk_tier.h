@@ -153,6 +153,21 @@ class DiskTier {
   std::vector<WriteChunk> chunks_locked(uint32_t region, uint32_t from, uint32_t to)
       KVTIER_REQUIRES(mu_);
   Status open_region_locked(uint64_t deadline_ns) KVTIER_REQUIRES(mu_);
+  // open_region_locked's steps. An entry of a reclaimed region that was read
+  // often enough to be written again (reinsert_hot), with its bytes read back.
+  struct HotEntry {
+    IndexRecord rec;
+    AlignedBuffer data;
+    bool ok = false;
+  };
+  // A free region, or else the oldest one to reclaim (`*reclaim`); waits for
+  // its writes, not past the deadline.
+  Result<uint32_t> take_region_locked(uint64_t deadline_ns, bool* reclaim) KVTIER_REQUIRES(mu_);
+  // Drops a reclaimed region's entries from the index, except the hot ones
+  // it returns, read back (without holding mu_ while reading).
+  std::vector<HotEntry> reclaim_region_locked(uint32_t region) KVTIER_REQUIRES(mu_);
+  // Writes the hot entries into the region just opened.
+  void reinsert_locked(std::vector<HotEntry>& hot) KVTIER_REQUIRES(mu_);
   uint32_t append_locked(const Key128& key, const Key128& ns_digest, ByteView payload, uint32_t crc)
       KVTIER_REQUIRES(mu_);
   // Space for one entry in the open region, taken under mu_ and filled after.

@@ -267,31 +267,17 @@ void DiskTier::forget_region_locked(uint32_t region) {
   r.keys.clear();
 }
 
-Status DiskTier::open_region_locked(uint64_t deadline_ns) {
-  // Every write buffer still flushing (a slow or hung device): wait, but not
-  // past the caller's deadline.
+Result<uint32_t> DiskTier::take_region_locked(uint64_t deadline_ns, bool* reclaim) {
   const Status too_slow = Status::timeout(
       "disk tier: no write buffer came free in time (device writes pending); write refused");
-  while (free_write_bufs_.empty()) {
-    if (!wait_locked(deadline_ns)) return too_slow;
-  }
-
-  struct Hot {
-    IndexRecord rec;
-    AlignedBuffer data;
-    bool ok = false;
-  };
-  std::vector<Hot> hot;
-  uint32_t id;
-  bool reclaim = false;
   for (;;) {
     if (!free_regions_.empty()) {
-      id = free_regions_.back();
+      const uint32_t id = free_regions_.back();
       free_regions_.pop_back();
-      break;
+      return id;
     }
     if (fifo_.empty()) return Status::internal("disk tier has no region to reclaim");
-    id = fifo_.front();
+    const uint32_t id = fifo_.front();
     // Wait for the oldest region's writes; look again afterwards, since
     // reclaim_oldest() may have taken it meanwhile.
     if (regions_[id].state == Region::kFlushing) {
@@ -299,63 +285,51 @@ Status DiskTier::open_region_locked(uint64_t deadline_ns) {
       continue;
     }
     fifo_.pop_front();
-    reclaim = true;
-    break;
+    *reclaim = true;
+    return id;
   }
-  if (reclaim) {
-    Region& victim = regions_[id];
-    victim.state = Region::kReclaiming;
-    const uint32_t first = first_page_of(id), end = first + pages_per_region_;
-    uint64_t budget = opts_.reinsert_hot
-                          ? static_cast<uint64_t>(opts_.region_bytes * opts_.reinsert_max_fraction)
-                          : 0;
-    for (const Key128& key : victim.keys) {
-      index_->update(key, [&](IndexRecord& rec) {
-        if (rec.disk_page < first || rec.disk_page >= end) return true;  // lives elsewhere now
-        uint64_t eb = entry_bytes(rec.length);
-        if (!rec.in_ram() && rec.disk_hits >= opts_.reinsert_min_hits && eb <= budget) {
-          budget -= eb;
-          hot.push_back({rec, AlignedBuffer(), false});
-          return true;  // stays readable from the old copy until moved
-        }
-        c_->entries_evicted.fetch_add(1, kRelaxed);
-        rec.disk_page = kNoDiskPage;
-        return rec.in_ram();
-      });
-    }
-    victim.keys.clear();
-    c_->regions_reclaimed.fetch_add(1, kRelaxed);
-    if (!hot.empty()) {
-      // Read the hot entries back without holding mu_ (completions need it).
-      MutexUnlock unlocked(mu_);
-      for (Hot& h : hot) {
-        h.data = AlignedBuffer(entry_bytes(h.rec.length), kDirectIoAlignment);
-        uint64_t off = static_cast<uint64_t>(h.rec.disk_page) * kPageBytes;
-        h.ok = dev_->read_sync(off, h.data.view()).ok() &&
-               check_entry(h.data.data(), sb_.volume_id, h.rec.key, namespaces_->digest(h.rec.ns),
-                           h.rec.length)
-                   .ok();
+}
+
+std::vector<DiskTier::HotEntry> DiskTier::reclaim_region_locked(uint32_t id) {
+  std::vector<HotEntry> hot;
+  Region& victim = regions_[id];
+  victim.state = Region::kReclaiming;
+  const uint32_t first = first_page_of(id), end = first + pages_per_region_;
+  uint64_t budget = opts_.reinsert_hot
+                        ? static_cast<uint64_t>(opts_.region_bytes * opts_.reinsert_max_fraction)
+                        : 0;
+  for (const Key128& key : victim.keys) {
+    index_->update(key, [&](IndexRecord& rec) {
+      if (rec.disk_page < first || rec.disk_page >= end) return true;  // lives elsewhere now
+      uint64_t eb = entry_bytes(rec.length);
+      if (!rec.in_ram() && rec.disk_hits >= opts_.reinsert_min_hits && eb <= budget) {
+        budget -= eb;
+        hot.push_back({rec, AlignedBuffer(), false});
+        return true;  // stays readable from the old copy until moved
       }
-    }
+      c_->entries_evicted.fetch_add(1, kRelaxed);
+      rec.disk_page = kNoDiskPage;
+      return rec.in_ram();
+    });
   }
-  Status reserved = reserve_seq_locked();
-  if (!reserved.ok()) {
-    // The region stays usable later; put it back where it came from.
-    regions_[id].state = Region::kFree;
-    free_regions_.push_back(id);
-    return reserved;
+  victim.keys.clear();
+  c_->regions_reclaimed.fetch_add(1, kRelaxed);
+  if (hot.empty()) return hot;
+  // Read the hot entries back without holding mu_ (completions need it).
+  MutexUnlock unlocked(mu_);
+  for (HotEntry& h : hot) {
+    h.data = AlignedBuffer(entry_bytes(h.rec.length), kDirectIoAlignment);
+    uint64_t off = static_cast<uint64_t>(h.rec.disk_page) * kPageBytes;
+    h.ok = dev_->read_sync(off, h.data.view()).ok() &&
+           check_entry(h.data.data(), sb_.volume_id, h.rec.key, namespaces_->digest(h.rec.ns),
+                       h.rec.length)
+               .ok();
   }
-  Region& r = regions_[id];
-  r.state = Region::kOpen;
-  r.seq = next_seq_++;
-  r.fill = r.flushed = 0;
-  r.pending = 0;
-  r.write_failed = false;
-  r.keys.clear();
-  r.buf = free_write_bufs_.back();
-  free_write_bufs_.pop_back();
-  open_ = id;
-  for (Hot& h : hot) {
+  return hot;
+}
+
+void DiskTier::reinsert_locked(std::vector<HotEntry>& hot) {
+  for (HotEntry& h : hot) {
     const uint32_t old_page = h.rec.disk_page;
     uint32_t new_page = kNoDiskPage;
     if (h.ok) {
@@ -375,6 +349,41 @@ Status DiskTier::open_region_locked(uint64_t deadline_ns) {
       return rec.on_disk() || rec.in_ram();
     });
   }
+}
+
+Status DiskTier::open_region_locked(uint64_t deadline_ns) {
+  // Every write buffer still flushing (a slow or hung device): wait, but not
+  // past the caller's deadline.
+  while (free_write_bufs_.empty()) {
+    if (!wait_locked(deadline_ns)) {
+      return Status::timeout(
+          "disk tier: no write buffer came free in time (device writes pending); write refused");
+    }
+  }
+  bool reclaim = false;
+  auto taken = take_region_locked(deadline_ns, &reclaim);
+  if (!taken.ok()) return taken.status();
+  const uint32_t id = *taken;
+  std::vector<HotEntry> hot;
+  if (reclaim) hot = reclaim_region_locked(id);
+  Status reserved = reserve_seq_locked();
+  if (!reserved.ok()) {
+    // The region stays usable later; put it back where it came from.
+    regions_[id].state = Region::kFree;
+    free_regions_.push_back(id);
+    return reserved;
+  }
+  Region& r = regions_[id];
+  r.state = Region::kOpen;
+  r.seq = next_seq_++;
+  r.fill = r.flushed = 0;
+  r.pending = 0;
+  r.write_failed = false;
+  r.keys.clear();
+  r.buf = free_write_bufs_.back();
+  free_write_bufs_.pop_back();
+  open_ = id;
+  reinsert_locked(hot);
   return Status::ok_status();
 }
 

@@ -42,33 +42,25 @@ Result<std::unique_ptr<UringDevice>> UringDevice::open(const UringOptions& optio
   return dev;
 }
 
-Status UringDevice::init(const UringOptions& o) {
-  if (o.path.empty()) return Status::invalid_argument("uring: empty path");
-  if (o.adopt_fd >= 0) fd_ = o.adopt_fd;  // owned from here: the destructor closes it
-  if (o.queue_depth == 0 || o.queue_depth > kMaxQueueDepth) {
-    return Status::invalid_argument(fmt::format("uring:{}: queue_depth {} not in [1, {}]", o.path,
-                                                o.queue_depth, kMaxQueueDepth));
-  }
-  path_ = o.path;
-  queue_depth_ = o.queue_depth;
-
+Status UringDevice::open_path(const UringOptions& o) {
   int flags = O_RDWR | O_CLOEXEC;
   if (o.direct) flags |= O_DIRECT;
   if (o.create_size > 0) flags |= O_CREAT;
   // Volumes hold other people's KV data: created readable by the owner only.
   if (fd_ < 0) fd_ = ::open(o.path.c_str(), flags, 0600);
-  if (fd_ < 0) {
-    const int err = errno;
-    if (err == EINVAL && o.direct) {
-      return Status::failed_precondition(
-          fmt::format("uring:{}: O_DIRECT not supported here: {}", path_, errno_text(err)));
-    }
-    if (err == ENOENT) {
-      return Status::not_found(fmt::format("uring:{}: no such file or device", path_));
-    }
-    return Status::io_error(fmt::format("uring:{}: open failed: {}", path_, errno_text(err)));
+  if (fd_ >= 0) return Status::ok_status();
+  const int err = errno;
+  if (err == EINVAL && o.direct) {
+    return Status::failed_precondition(
+        fmt::format("uring:{}: O_DIRECT not supported here: {}", path_, errno_text(err)));
   }
+  if (err == ENOENT) {
+    return Status::not_found(fmt::format("uring:{}: no such file or device", path_));
+  }
+  return Status::io_error(fmt::format("uring:{}: open failed: {}", path_, errno_text(err)));
+}
 
+Result<uint64_t> UringDevice::size_device(const UringOptions& o) {
   struct stat sb {};
   if (::fstat(fd_, &sb) != 0) {
     return Status::io_error(fmt::format("uring:{}: fstat failed: {}", path_, errno_text(errno)));
@@ -86,38 +78,33 @@ Status UringDevice::init(const UringOptions& o) {
       return Status::io_error(
           fmt::format("uring:{}: BLKGETSIZE64 failed: {}", path_, errno_text(errno)));
     }
-  } else if (S_ISREG(sb.st_mode)) {
-    block_size_ = 4096;
-    size = static_cast<uint64_t>(sb.st_size);
-    if (o.create_size > size) {
-      // Preallocate so that first writes do not pay for block allocation
-      // (ext4/xfs make unwritten extents, which is fast); fall back to a
-      // sparse file where the filesystem cannot preallocate.
-      if (::fallocate(fd_, 0, 0, static_cast<off_t>(o.create_size)) != 0) {
-        const int err = errno;
-        if (err == ENOSPC) {
-          return Status::out_of_space(fmt::format("uring:{}: cannot extend to {} bytes: {}", path_,
-                                                  o.create_size, errno_text(err)));
-        }
-        if (::ftruncate(fd_, static_cast<off_t>(o.create_size)) != 0) {
-          return Status::io_error(fmt::format("uring:{}: cannot extend to {} bytes: {}", path_,
-                                              o.create_size, errno_text(errno)));
-        }
-      }
-      size = o.create_size;
-    }
-  } else {
+    return size;
+  }
+  if (!S_ISREG(sb.st_mode)) {
     return Status::invalid_argument(
         fmt::format("uring:{}: not a regular file or block device", path_));
   }
-  capacity_ = align_down(size, block_size_);
-  if (capacity_ == 0) {
-    return Status::invalid_argument(
-        fmt::format("uring:{}: too small ({} bytes; need at least one {}-byte block)", path_, size,
-                    block_size_));
+  block_size_ = 4096;
+  size = static_cast<uint64_t>(sb.st_size);
+  if (o.create_size <= size) return size;
+  // Preallocate so that first writes do not pay for block allocation
+  // (ext4/xfs make unwritten extents, which is fast); fall back to a sparse
+  // file where the filesystem cannot preallocate.
+  if (::fallocate(fd_, 0, 0, static_cast<off_t>(o.create_size)) != 0) {
+    const int err = errno;
+    if (err == ENOSPC) {
+      return Status::out_of_space(fmt::format("uring:{}: cannot extend to {} bytes: {}", path_,
+                                              o.create_size, errno_text(err)));
+    }
+    if (::ftruncate(fd_, static_cast<off_t>(o.create_size)) != 0) {
+      return Status::io_error(fmt::format("uring:{}: cannot extend to {} bytes: {}", path_,
+                                          o.create_size, errno_text(errno)));
+    }
   }
-  buffer_alignment_ = o.direct ? std::max<uint32_t>(kDirectIoAlignment, block_size_) : 1;
+  return o.create_size;
+}
 
+Status UringDevice::setup_ring(const UringOptions& o) {
   io_uring_params params{};
   // SUBMIT_ALL: one bad SQE must not stop the ones behind it from being
   // submitted (each then completes with its own error).
@@ -145,6 +132,29 @@ Status UringDevice::init(const UringOptions& o) {
   // An empty table now, filled by register_buffer(); needs Linux 5.19+.
   buffers_sparse_ = io_uring_register_buffers_sparse(&ring_, kMaxRegisteredBuffers) == 0;
   registered_.resize(kMaxRegisteredBuffers);
+  return Status::ok_status();
+}
+
+Status UringDevice::init(const UringOptions& o) {
+  if (o.path.empty()) return Status::invalid_argument("uring: empty path");
+  if (o.adopt_fd >= 0) fd_ = o.adopt_fd;  // owned from here: the destructor closes it
+  if (o.queue_depth == 0 || o.queue_depth > kMaxQueueDepth) {
+    return Status::invalid_argument(fmt::format("uring:{}: queue_depth {} not in [1, {}]", o.path,
+                                                o.queue_depth, kMaxQueueDepth));
+  }
+  path_ = o.path;
+  queue_depth_ = o.queue_depth;
+  KVTIER_RETURN_IF_ERROR(open_path(o));
+  auto size = size_device(o);
+  if (!size.ok()) return size.status();
+  capacity_ = align_down(*size, block_size_);
+  if (capacity_ == 0) {
+    return Status::invalid_argument(
+        fmt::format("uring:{}: too small ({} bytes; need at least one {}-byte block)", path_, *size,
+                    block_size_));
+  }
+  buffer_alignment_ = o.direct ? std::max<uint32_t>(kDirectIoAlignment, block_size_) : 1;
+  KVTIER_RETURN_IF_ERROR(setup_ring(o));
 
   slots_.resize(queue_depth_);
   for (uint32_t i = 0; i < queue_depth_; ++i) slots_[i].next_free = i + 1;

@@ -149,6 +149,11 @@ class UringDevice : public BlockDevice {
 
   UringDevice() = default;
   Status init(const UringOptions& options);
+  // init's steps: open the path (unless adopted), learn its block size and
+  // size (extending a file to create_size), set up the ring and its tables.
+  Status open_path(const UringOptions& o);
+  Result<uint64_t> size_device(const UringOptions& o);
+  Status setup_ring(const UringOptions& o);
 
   void enqueue(Request req);
   // The following run with mu_ held.
