@@ -248,6 +248,48 @@ Status refill_volume(const StoreBenchOptions& o, const PayloadPool& payloads, co
   return store.close();
 }
 
+// Batch gets of every written object in a fixed random order, wrapping
+// around, for a timed round: the disk-served bytes per second.
+struct ColdReader {
+  ColdReader(kv::Store& s, uint16_t n, uint64_t objects, size_t batch, uint32_t object_bytes)
+      : store(s), ns(n), order(objects), items(batch) {
+    for (uint64_t i = 0; i < objects; ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(1));
+    for (size_t i = 0; i < batch; ++i) outs.emplace_back(object_bytes, kDirectIoAlignment, true);
+  }
+
+  Result<double> run_for(double seconds) {
+    uint64_t bytes = 0;
+    const uint64_t t0 = now_ns(), until = t0 + static_cast<uint64_t>(seconds * 1e9);
+    uint64_t t = t0;
+    while (t < until) {
+      last_first = order[pos % order.size()];
+      for (size_t i = 0; i < items.size(); ++i) {
+        items[i] = {kv::test_key(order[pos++ % order.size()]), outs[i].view()};
+      }
+      auto r = store.batch_get(ns, items);
+      if (!r.ok()) return r.status();
+      for (const auto& g : *r) {
+        if (g.hit && g.tier == kv::Tier::kDisk) {
+          bytes += g.length;
+        } else {
+          ++misses;
+        }
+      }
+      t = now_ns();
+    }
+    return bytes * 1e9 / static_cast<double>(t - t0);
+  }
+
+  kv::Store& store;
+  uint16_t ns;
+  std::vector<uint64_t> order;
+  std::vector<AlignedBuffer> outs;
+  std::vector<kv::BatchGetItem> items;
+  uint64_t pos = 0, misses = 0;
+  uint64_t last_first = 0;  // object of the last batch's first item (outs[0])
+};
+
 // Cold batch gets from a reopened store (empty RAM tier) against fio random
 // reads of the entry size at the same depth, in paired rounds.
 Status measure_disk_reads(const StoreBenchOptions& o, const PayloadPool& payloads,
@@ -271,14 +313,8 @@ Status measure_disk_reads(const StoreBenchOptions& o, const PayloadPool& payload
     report.note("warm_restart_entries", store.local_stats().disk.recovered_entries);
     auto ns = store.register_namespace(bench_namespace());
     // A reopened store has an empty RAM tier: every get goes to the volume.
-    std::vector<uint64_t> order(written_objects);
-    for (uint64_t i = 0; i < written_objects; ++i) order[i] = i;
-    std::shuffle(order.begin(), order.end(), std::mt19937_64(1));
-    const size_t batch = std::max<size_t>(256, o.queue_depth * 16);
-    std::vector<AlignedBuffer> outs;
-    for (size_t i = 0; i < batch; ++i) outs.emplace_back(o.object_bytes, kDirectIoAlignment, true);
-    std::vector<kv::BatchGetItem> items(batch);
-    uint64_t pos = 0, misses = 0, last_first = 0;
+    ColdReader reader(store, *ns, written_objects, std::max<size_t>(256, o.queue_depth * 16),
+                      o.object_bytes);
     const double round_seconds = std::max(1.0, o.seconds / 3);
     FioJob rjob{o.volume_path,
                 "randread",
@@ -295,29 +331,12 @@ Status measure_disk_reads(const StoreBenchOptions& o, const PayloadPool& payload
         fio_r = run_fio(rjob);
         if (!fio_r.ok()) return fio_r.status();
       }
-      uint64_t bytes = 0;
-      const uint64_t t0 = now_ns(), until = t0 + static_cast<uint64_t>(round_seconds * 1e9);
-      uint64_t t = t0;
-      while (t < until) {
-        last_first = order[pos % order.size()];
-        for (size_t i = 0; i < batch; ++i) {
-          items[i] = {kv::test_key(order[pos++ % order.size()]), outs[i].view()};
-        }
-        auto r = store.batch_get(*ns, items);
-        if (!r.ok()) return r.status();
-        for (const auto& g : *r) {
-          if (g.hit && g.tier == kv::Tier::kDisk) {
-            bytes += g.length;
-          } else {
-            ++misses;
-          }
-        }
-        t = now_ns();
-      }
-      if (!payloads.matches(last_first, outs[0].view())) {
+      auto measured = reader.run_for(round_seconds);
+      if (!measured.ok()) return measured.status();
+      if (!payloads.matches(reader.last_first, reader.outs[0].view())) {
         return Status::internal("disk get returned wrong bytes");
       }
-      const double rate = bytes * 1e9 / static_cast<double>(t - t0);
+      const double rate = *measured;
       if (!fio_first) {
         fio_r = run_fio(rjob);
         if (!fio_r.ok()) return fio_r.status();
@@ -331,7 +350,7 @@ Status measure_disk_reads(const StoreBenchOptions& o, const PayloadPool& payload
       fio_read_rate += fio_r->bytes_per_second / o.rounds;
       fio_read_command = fio_r->command;
     }
-    report.note("disk_get_misses", misses);
+    report.note("disk_get_misses", reader.misses);
     report.note("disk_direct_reads", store.local_stats().disk.direct_reads);
     report.note("disk_get_rounds", rounds);
   }

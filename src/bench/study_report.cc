@@ -56,6 +56,47 @@ double disk_load_rate(const CaseResult& r) {
   return safe_ratio(static_cast<double>(r.store_disk_load_bytes), r.store_disk_load_wall_s);
 }
 
+// The prefill-to-decode transfer: bytes, and where it really ran, its frames and rate.
+void add_transfer_json(nlohmann::json& j, const CaseResult& r, double scale) {
+  j["network_bytes"] = static_cast<double>(r.network_bytes) * scale;
+  j["pd_transfer"] = r.pd_transfer;
+  j["pd_transfer_charged_s"] = r.pd_charged_s;
+  if (r.pd_frames > 0) {
+    j["pd_transfer_frames"] = r.pd_frames;
+    j["pd_transfer_wall_s"] = r.pd_wall_s;
+    j["pd_transfer_received_bytes"] = static_cast<double>(r.pd_received_bytes) * scale;
+    j["pd_transfer_blocks_verified"] = r.pd_blocks_verified;
+    // Stored bytes per wall second through loopback: the rate that, like
+    // the store's load rate, decides what the transfer costs.
+    if (r.pd_wall_s > 0) {
+      j["pd_transfer_bytes_per_s"] = static_cast<double>(r.network_bytes) / r.pd_wall_s;
+    }
+  }
+}
+
+// The store's load rates against the limits measured in the same run.
+void add_load_rate_json(nlohmann::json& j, const CaseResult& r, const StudyLimits& lim) {
+  if (r.store_load_wall_s > 0 && r.store_load_bytes > 0) {
+    const double rate = load_rate(r);
+    j["store_load_bytes_per_s"] = rate;
+    j["store_load_vs_recompute_ratio"] = safe_ratio(rate, lim.recompute_kv_bytes_per_s);
+    j["store_load_vs_memcpy_ratio"] = safe_ratio(rate, lim.memcpy_bytes_per_s);
+    if (lim.fio_randread_bytes_per_s > 0 && r.store_blocks_from_disk > 0) {
+      j["store_load_vs_fio_ratio"] = safe_ratio(rate, lim.fio_randread_bytes_per_s);
+    }
+  }
+  if (r.store_disk_load_wall_s > 0 && r.store_disk_load_bytes > 0) {
+    // The rate that decides whether a disk-served prefix beats recomputation.
+    const double rate =
+        safe_ratio(static_cast<double>(r.store_disk_load_bytes), r.store_disk_load_wall_s);
+    j["store_disk_load_bytes_per_s"] = rate;
+    j["store_disk_load_vs_recompute_ratio"] = safe_ratio(rate, lim.recompute_kv_bytes_per_s);
+    if (lim.fio_randread_bytes_per_s > 0) {
+      j["store_disk_load_vs_fio_ratio"] = safe_ratio(rate, lim.fio_randread_bytes_per_s);
+    }
+  }
+}
+
 nlohmann::json case_json(const CaseResult& r, const CaseResult* recompute, const StudyLimits& lim,
                          bool samples) {
   nlohmann::json j;
@@ -103,20 +144,7 @@ nlohmann::json case_json(const CaseResult& r, const CaseResult* recompute, const
   j["device_write_bytes"] = static_cast<double>(r.device_write_bytes) * scale;
   j["ram_eviction_cycles"] = r.ram_evictions;
   j["ram_eviction_bytes"] = static_cast<double>(r.ram_eviction_bytes) * scale;
-  j["network_bytes"] = static_cast<double>(r.network_bytes) * scale;
-  j["pd_transfer"] = r.pd_transfer;
-  j["pd_transfer_charged_s"] = r.pd_charged_s;
-  if (r.pd_frames > 0) {
-    j["pd_transfer_frames"] = r.pd_frames;
-    j["pd_transfer_wall_s"] = r.pd_wall_s;
-    j["pd_transfer_received_bytes"] = static_cast<double>(r.pd_received_bytes) * scale;
-    j["pd_transfer_blocks_verified"] = r.pd_blocks_verified;
-    // Stored bytes per wall second through loopback: the rate that, like
-    // the store's load rate, decides what the transfer costs.
-    if (r.pd_wall_s > 0) {
-      j["pd_transfer_bytes_per_s"] = static_cast<double>(r.network_bytes) / r.pd_wall_s;
-    }
-  }
+  add_transfer_json(j, r, scale);
   j["stayed_on_preferred_share"] =
       safe_ratio(static_cast<double>(r.stayed_turns), static_cast<double>(r.later_turns));
   j["prefill_decode_pairs"] = r.pair_counts;
@@ -126,25 +154,7 @@ nlohmann::json case_json(const CaseResult& r, const CaseResult* recompute, const
   j["replica_overlap_wall_s"] = r.replica_overlap_wall_s;
   j["store_wall_s"] = r.store_wall_s;
   j["store_charged_s"] = r.store_charged_s;
-  if (r.store_load_wall_s > 0 && r.store_load_bytes > 0) {
-    const double rate = load_rate(r);
-    j["store_load_bytes_per_s"] = rate;
-    j["store_load_vs_recompute_ratio"] = safe_ratio(rate, lim.recompute_kv_bytes_per_s);
-    j["store_load_vs_memcpy_ratio"] = safe_ratio(rate, lim.memcpy_bytes_per_s);
-    if (lim.fio_randread_bytes_per_s > 0 && r.store_blocks_from_disk > 0) {
-      j["store_load_vs_fio_ratio"] = safe_ratio(rate, lim.fio_randread_bytes_per_s);
-    }
-  }
-  if (r.store_disk_load_wall_s > 0 && r.store_disk_load_bytes > 0) {
-    // The rate that decides whether a disk-served prefix beats recomputation.
-    const double rate =
-        safe_ratio(static_cast<double>(r.store_disk_load_bytes), r.store_disk_load_wall_s);
-    j["store_disk_load_bytes_per_s"] = rate;
-    j["store_disk_load_vs_recompute_ratio"] = safe_ratio(rate, lim.recompute_kv_bytes_per_s);
-    if (lim.fio_randread_bytes_per_s > 0) {
-      j["store_disk_load_vs_fio_ratio"] = safe_ratio(rate, lim.fio_randread_bytes_per_s);
-    }
-  }
+  add_load_rate_json(j, r, lim);
   j["wall_s"] = r.wall_s;
   if (samples) {
     j["ttft_samples_s"] = r.ttft_s;

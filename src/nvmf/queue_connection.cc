@@ -473,6 +473,85 @@ Status QueueConnection::admin(const Sqe& sqe, const std::vector<uint8_t>& data) 
   }
 }
 
+Status QueueConnection::read_or_write(blk::BlockDevice& dev, const Sqe& sqe,
+                                      std::vector<uint8_t>& data, uint32_t nsid) {
+  const uint16_t cid = cid_of(sqe);
+  const uint8_t opc = sqe[0];
+  const uint32_t bs = dev.block_size();
+  const uint64_t blocks = dev.capacity() / bs;
+  const uint64_t slba = dw(sqe, 10) | uint64_t(dw(sqe, 11)) << 32;
+  const uint64_t nlb = (dw(sqe, 12) & 0xFFFF) + 1;
+  if (slba >= blocks || nlb > blocks - slba) return complete(cid, {kScLbaOutOfRange});
+  const uint64_t bytes = nlb * bs;
+  if (opc == 0x08) {  // Write Zeroes: the host bounds it by MDTS too
+    if (bytes > state_.config().max_transfer) return complete(cid, {kScInvalidField});
+    if (!begin_io()) return complete(cid, {kScInternal});
+    const uint32_t b = acquire_buffer(bytes);
+    std::memset(bufs_[b]->data(), 0, bytes);
+    submit_write(dev, cid, slba * bs, b, uint32_t(bytes));
+    return Status::ok_status();
+  }
+  if (bytes > state_.config().max_transfer || sgl_len(sqe) != bytes) {
+    return complete(cid, {kScSglLengthInvalid});
+  }
+  if (opc == 0x02) {
+    if (sgl_type(sqe) != kSglTransport) return complete(cid, {kScSglTypeInvalid});
+    if (!begin_io()) return complete(cid, {kScInternal});
+    const uint32_t b = acquire_buffer(bytes);
+    const MutableByteView buf = bufs_[b]->subview(0, bytes);
+    dev.read(slba * bs, buf, [this, cid, b, buf](Status st) {
+      if (st.ok()) {
+        (void)send_data_and_complete(cid, buf, uint32_t(buf.size()), {kScSuccess});
+      } else {
+        (void)complete(cid, {kScInternal});
+      }
+      release_buffer(b);
+      end_io();
+    });
+    return Status::ok_status();
+  }
+  if (!data.empty()) {  // in-capsule write
+    if (!begin_io()) return complete(cid, {kScInternal});
+    const uint32_t b = acquire_buffer(bytes);
+    std::memcpy(bufs_[b]->data(), data.data(), bytes);
+    submit_write(dev, cid, slba * bs, b, uint32_t(bytes));
+    return Status::ok_status();
+  }
+  // R2T-driven write: ask for all of it; the host splits by MAXH2CDATA.
+  // The buffer and the in-flight slot are held from now until the device
+  // has written the data.
+  if (!begin_io()) return complete(cid, {kScInternal});
+  uint16_t ttag = next_ttag_;
+  while (pending_.count(ttag)) ++ttag;
+  next_ttag_ = uint16_t(ttag + 1);
+  PendingWrite w;
+  w.cid = cid;
+  w.nsid = nsid;
+  w.offset = slba * bs;
+  w.buf = acquire_buffer(bytes);
+  w.length = uint32_t(bytes);
+  pending_.emplace(ttag, w);
+  return send_r2t(cid, ttag, 0, uint32_t(bytes));
+}
+
+Status QueueConnection::deallocate(blk::BlockDevice& dev, const Sqe& sqe,
+                                   const std::vector<uint8_t>& data) {
+  const uint16_t cid = cid_of(sqe);
+  const uint32_t bs = dev.block_size();
+  const uint64_t blocks = dev.capacity() / bs;
+  const uint32_t nr = (dw(sqe, 10) & 0xFF) + 1;
+  if (data.size() < nr * 16u) return complete(cid, {kScSglLengthInvalid});
+  if (!(dw(sqe, 11) & 0x4)) return complete(cid, {kScSuccess});  // hints only
+  for (uint32_t i = 0; i < nr; ++i) {
+    const uint8_t* r = data.data() + 16 * i;
+    const uint64_t nlb = get32(r + 4), slba = get64(r + 8);
+    if (nlb == 0) continue;
+    if (slba >= blocks || nlb > blocks - slba) return complete(cid, {kScLbaOutOfRange});
+    if (!dev.trim_sync(slba * bs, nlb * bs).ok()) return complete(cid, {kScInternal});
+  }
+  return complete(cid, {kScSuccess});
+}
+
 Status QueueConnection::io(const Sqe& sqe, std::vector<uint8_t>& data) {
   const uint16_t cid = cid_of(sqe);
   const uint8_t opc = sqe[0];
@@ -489,8 +568,6 @@ Status QueueConnection::io(const Sqe& sqe, std::vector<uint8_t>& data) {
     return complete(cid, {kScInvalidNamespace});
   }
   blk::BlockDevice& dev = *sub->config.namespaces[nsid - 1];
-  const uint32_t bs = dev.block_size();
-  const uint64_t blocks = dev.capacity() / bs;
   switch (opc) {
     case 0x00: {
       if (!begin_io()) return complete(cid, {kScInternal});
@@ -502,74 +579,10 @@ Status QueueConnection::io(const Sqe& sqe, std::vector<uint8_t>& data) {
     }
     case 0x01:
     case 0x02:
-    case 0x08: {
-      const uint64_t slba = dw(sqe, 10) | uint64_t(dw(sqe, 11)) << 32;
-      const uint64_t nlb = (dw(sqe, 12) & 0xFFFF) + 1;
-      if (slba >= blocks || nlb > blocks - slba) return complete(cid, {kScLbaOutOfRange});
-      const uint64_t bytes = nlb * bs;
-      if (opc == 0x08) {  // Write Zeroes: the host bounds it by MDTS too
-        if (bytes > state_.config().max_transfer) return complete(cid, {kScInvalidField});
-        if (!begin_io()) return complete(cid, {kScInternal});
-        const uint32_t b = acquire_buffer(bytes);
-        std::memset(bufs_[b]->data(), 0, bytes);
-        submit_write(dev, cid, slba * bs, b, uint32_t(bytes));
-        return Status::ok_status();
-      }
-      if (bytes > state_.config().max_transfer || sgl_len(sqe) != bytes) {
-        return complete(cid, {kScSglLengthInvalid});
-      }
-      if (opc == 0x02) {
-        if (sgl_type(sqe) != kSglTransport) return complete(cid, {kScSglTypeInvalid});
-        if (!begin_io()) return complete(cid, {kScInternal});
-        const uint32_t b = acquire_buffer(bytes);
-        const MutableByteView buf = bufs_[b]->subview(0, bytes);
-        dev.read(slba * bs, buf, [this, cid, b, buf](Status st) {
-          if (st.ok()) {
-            (void)send_data_and_complete(cid, buf, uint32_t(buf.size()), {kScSuccess});
-          } else {
-            (void)complete(cid, {kScInternal});
-          }
-          release_buffer(b);
-          end_io();
-        });
-        return Status::ok_status();
-      }
-      if (!data.empty()) {  // in-capsule write
-        if (!begin_io()) return complete(cid, {kScInternal});
-        const uint32_t b = acquire_buffer(bytes);
-        std::memcpy(bufs_[b]->data(), data.data(), bytes);
-        submit_write(dev, cid, slba * bs, b, uint32_t(bytes));
-        return Status::ok_status();
-      }
-      // R2T-driven write: ask for all of it; the host splits by MAXH2CDATA.
-      // The buffer and the in-flight slot are held from now until the device
-      // has written the data.
-      if (!begin_io()) return complete(cid, {kScInternal});
-      uint16_t ttag = next_ttag_;
-      while (pending_.count(ttag)) ++ttag;
-      next_ttag_ = uint16_t(ttag + 1);
-      PendingWrite w;
-      w.cid = cid;
-      w.nsid = nsid;
-      w.offset = slba * bs;
-      w.buf = acquire_buffer(bytes);
-      w.length = uint32_t(bytes);
-      pending_.emplace(ttag, w);
-      return send_r2t(cid, ttag, 0, uint32_t(bytes));
-    }
-    case 0x09: {  // Dataset Management
-      const uint32_t nr = (dw(sqe, 10) & 0xFF) + 1;
-      if (data.size() < nr * 16u) return complete(cid, {kScSglLengthInvalid});
-      if (!(dw(sqe, 11) & 0x4)) return complete(cid, {kScSuccess});  // hints only
-      for (uint32_t i = 0; i < nr; ++i) {
-        const uint8_t* r = data.data() + 16 * i;
-        const uint64_t nlb = get32(r + 4), slba = get64(r + 8);
-        if (nlb == 0) continue;
-        if (slba >= blocks || nlb > blocks - slba) return complete(cid, {kScLbaOutOfRange});
-        if (!dev.trim_sync(slba * bs, nlb * bs).ok()) return complete(cid, {kScInternal});
-      }
-      return complete(cid, {kScSuccess});
-    }
+    case 0x08:
+      return read_or_write(dev, sqe, data, nsid);
+    case 0x09:  // Dataset Management
+      return deallocate(dev, sqe, data);
     default:
       return complete(cid, {kScInvalidOpcode});
   }

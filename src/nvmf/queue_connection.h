@@ -87,6 +87,11 @@ class QueueConnection : public Closable {
   Completion connect(const Sqe& sqe, const std::vector<uint8_t>& data);
   Status admin(const Sqe& sqe, const std::vector<uint8_t>& data);
   Status io(const Sqe& sqe, std::vector<uint8_t>& data);
+  // io's commands: Read, Write and Write Zeroes on namespace `nsid`, and
+  // Dataset Management (deallocate).
+  Status read_or_write(blk::BlockDevice& dev, const Sqe& sqe, std::vector<uint8_t>& data,
+                       uint32_t nsid);
+  Status deallocate(blk::BlockDevice& dev, const Sqe& sqe, const std::vector<uint8_t>& data);
   Completion get_features(const Sqe& sqe);
   Completion set_features(const Sqe& sqe);
 

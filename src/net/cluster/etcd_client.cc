@@ -214,6 +214,36 @@ Result<int64_t> parse_etcd_keepalive_response(std::string_view body) {
   return json_int64(*msg, "TTL", 0);
 }
 
+namespace {
+
+// The body of a complete HTTP/1.1 answer (chunked or not), or why it is not a 200.
+Result<std::string> parse_http_answer(const std::string& response, const std::string& where,
+                                      size_t max_response_bytes) {
+  size_t head_end = response.find("\r\n\r\n");
+  if (head_end == std::string::npos) {
+    return Status::corruption(fmt::format("{}: answer has no HTTP header", where));
+  }
+  std::string head = response.substr(0, head_end);
+  std::string payload = response.substr(head_end + 4);
+  std::string lower = head;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower.find("transfer-encoding: chunked") != std::string::npos) {
+    auto d = dechunk(payload, max_response_bytes);
+    if (!d.ok()) return Status::corruption(fmt::format("{}: {}", where, d.status().message()));
+    payload = std::move(*d);
+  }
+  std::string status_line = head.substr(0, head.find("\r\n"));
+  if (status_line.size() < 12 || status_line.compare(0, 5, "HTTP/") != 0) {
+    return Status::corruption(fmt::format("{}: not an HTTP answer", where));
+  }
+  if (status_line.compare(9, 3, "200") != 0) {
+    return Status::io_error(fmt::format("{}: {}: {}", where, status_line, payload.substr(0, 512)));
+  }
+  return payload;
+}
+
+}  // namespace
+
 Result<std::string> http_call(const std::string& host, uint16_t port, const char* method,
                               const std::string& path, const std::string& body, uint32_t timeout_ms,
                               size_t max_response_bytes, const std::string& authorization,
@@ -299,27 +329,7 @@ Result<std::string> http_call(const std::string& host, uint16_t port, const char
   if (result_ec) {
     return Status::unavailable(fmt::format("{}: {}", where, result_ec.message()));
   }
-  size_t head_end = response.find("\r\n\r\n");
-  if (head_end == std::string::npos) {
-    return Status::corruption(fmt::format("{}: answer has no HTTP header", where));
-  }
-  std::string head = response.substr(0, head_end);
-  std::string payload = response.substr(head_end + 4);
-  std::string lower = head;
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (lower.find("transfer-encoding: chunked") != std::string::npos) {
-    auto d = dechunk(payload, max_response_bytes);
-    if (!d.ok()) return Status::corruption(fmt::format("{}: {}", where, d.status().message()));
-    payload = std::move(*d);
-  }
-  std::string status_line = head.substr(0, head.find("\r\n"));
-  if (status_line.size() < 12 || status_line.compare(0, 5, "HTTP/") != 0) {
-    return Status::corruption(fmt::format("{}: not an HTTP answer", where));
-  }
-  if (status_line.compare(9, 3, "200") != 0) {
-    return Status::io_error(fmt::format("{}: {}: {}", where, status_line, payload.substr(0, 512)));
-  }
-  return payload;
+  return parse_http_answer(response, where, max_response_bytes);
 }
 
 Result<EtcdCredentials> load_etcd_credentials(const std::string& user,
