@@ -345,7 +345,8 @@ std::string setup_section(const StudyReport& rep) {
 }
 
 // One protocol's main table: throughput against recompute, TTFT, hit shares, device bytes.
-// The study numbers these tables 6 (short reuse) and 7 (long reuse).
+// The study numbers these tables 6 (short reuse) and 7 (long reuse); any other
+// protocol (fleet) gets 6.
 std::string results_table(const std::vector<CaseResult>& results, const std::string& proto) {
   const CaseResult* a = find(results, proto, StudyCase::kA);
   const char* title = proto == "short-reuse"  ? "Experiment 1 (short reuse) complete results"

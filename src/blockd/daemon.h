@@ -100,11 +100,11 @@ class BlockDaemon {
         paths_(std::move(paths)),
         health_options_(health),
         raid_options_(raid) {}
-  // Builds the device stack of `cfg` (format = false: assemble arrays).
   // render_metrics' parts, under mu_.
   void render_volume_metrics_locked(std::string& out) const;
   void render_array_metrics_locked(std::string& out) const;
   void render_export_metrics_locked(std::string& out) const;
+  // Builds the device stack of `cfg` (format = false: assemble arrays).
   Status instantiate_locked(const VolumeConfig& cfg, bool format);
   // The device of one volume kind, for instantiate_locked.
   Result<std::shared_ptr<blk::BlockDevice>> open_file_volume(const VolumeConfig& cfg);

@@ -163,8 +163,9 @@ class DiskTier {
   // A free region, or else the oldest one to reclaim (`*reclaim`); waits for
   // its writes, not past the deadline.
   Result<uint32_t> take_region_locked(uint64_t deadline_ns, bool* reclaim) KVTIER_REQUIRES(mu_);
-  // Drops a reclaimed region's entries from the index, except the hot ones
-  // it returns, read back (without holding mu_ while reading).
+  // Takes a reclaimed region's entries off the disk (an entry also in RAM
+  // stays indexed there), except the hot ones it returns, read back
+  // (without holding mu_ while reading).
   std::vector<HotEntry> reclaim_region_locked(uint32_t region) KVTIER_REQUIRES(mu_);
   // Writes the hot entries into the region just opened.
   void reinsert_locked(std::vector<HotEntry>& hot) KVTIER_REQUIRES(mu_);

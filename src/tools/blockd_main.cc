@@ -86,6 +86,11 @@ void add_volume_options(CLI::App& app, BlockdArgs& a) {
                  "Address other than loopback that NVMe/TCP exports may listen on (repeatable)");
   app.add_flag("--allow-any-host-exports", a.policy.allow_any_host_exports,
                "Let exports set allow_any_host (any host NQN may connect)");
+}
+
+// How the daemon judges its devices: when a volume is degraded or failed, and
+// whether a parity array with a write hole may come back.
+void add_health_options(CLI::App& app, BlockdArgs& a) {
   app.add_option("--degraded-after", a.health.degraded_after,
                  "I/O errors after which a volume's state says degraded (0: never)")
       ->capture_default_str();
@@ -227,6 +232,7 @@ int main(int argc, char** argv) {
   add_management_options(app, args);
   add_volume_options(app, args);
   add_metrics_options(app, args);
+  add_health_options(app, args);
   CLI11_PARSE(app, argc, argv);
   return run_daemon(args);
 }
