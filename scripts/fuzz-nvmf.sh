@@ -11,7 +11,8 @@ cd "$root"
 # shellcheck source=scripts/fuzz-lib.sh
 source scripts/fuzz-lib.sh
 run_fuzzer nvmf_pdu_fuzz nvmf_pdu nvmf "${1:-60}" \
-  src/nvmf/pdu_fuzz.cc src/nvmf/pdu.cc src/nvmf/queue_connection.cc src/nvmf/target_state.cc \
+  src/nvmf/pdu_fuzz.cc src/nvmf/pdu.cc src/nvmf/queue_connection.cc src/nvmf/queue_send.cc \
+  src/nvmf/target_state.cc src/common/task_pool.cc \
   src/nvmf/admin_pages.cc src/blk/dev/mem_device.cc src/blk/block_device.cc src/common/crc32c.cc \
   src/common/status.cc src/common/buffer.cc \
   -DSPDLOG_FMT_EXTERNAL -DSPDLOG_COMPILED_LIB -lspdlog -lfmt -lpthread

@@ -104,6 +104,8 @@ class BlockDaemon {
   void render_volume_metrics_locked(std::string& out) const;
   void render_array_metrics_locked(std::string& out) const;
   void render_export_metrics_locked(std::string& out) const;
+  // The export targets' protections (nvmf::TargetCounters) by reason.
+  void render_export_protection_metrics_locked(std::string& out) const;
   // Builds the device stack of `cfg` (format = false: assemble arrays).
   Status instantiate_locked(const VolumeConfig& cfg, bool format);
   // The device of one volume kind, for instantiate_locked.

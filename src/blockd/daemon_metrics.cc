@@ -140,6 +140,31 @@ void BlockDaemon::render_export_metrics_locked(std::string& out) const {
               [](const Export& e) { return e.counted->stats().bytes_written; });
   each_export("kvtier_blockd_export_errors_total", "counter", "Failed requests of the export",
               [](const Export& e) { return e.counted->stats().errors; });
+  render_export_protection_metrics_locked(out);
+}
+
+void BlockDaemon::render_export_protection_metrics_locked(std::string& out) const {
+  add_family(out, "kvtier_blockd_export_protections_total", "counter",
+             "Connections, controllers and commands the NVMe/TCP export refused or cut off to "
+             "protect itself from a host, by reason");
+  for (const auto& n : export_order_) {
+    const Export& e = *exports_.at(n);
+    if (!e.target) continue;
+    const nvmf::TargetCounters c = e.target->counters();
+    const std::pair<const char*, uint64_t> reasons[] = {{"connection_limit", c.connections_refused},
+                                                        {"controller_limit", c.controllers_refused},
+                                                        {"handshake_timeout", c.handshake_timeouts},
+                                                        {"r2t_timeout", c.r2t_timeouts},
+                                                        {"send_stall", c.send_stalls},
+                                                        {"r2t_budget", c.r2t_refused},
+                                                        {"duplicate_queue", c.duplicate_queues},
+                                                        {"kato_clamped", c.kato_clamped}};
+    for (const auto& [reason, value] : reasons) {
+      out += fmt::format(
+          "kvtier_blockd_export_protections_total{{nqn=\"{}\",volume=\"{}\",reason=\"{}\"}} {}\n",
+          prom_escape(n), prom_escape(e.cfg.volume), reason, value);
+    }
+  }
 }
 
 std::string BlockDaemon::render_metrics() const {

@@ -29,7 +29,9 @@ constexpr uint16_t kScSglTypeInvalid = 0x011;
 constexpr uint16_t kScLbaOutOfRange = 0x080;
 constexpr uint16_t kScFabricsIncompatibleFormat = 0x180;
 constexpr uint16_t kScFabricsInvalidParam = 0x182;
+constexpr uint16_t kScFabricsControllerBusy = 0x181;
 constexpr uint16_t kScFabricsInvalidHost = 0x184;
+constexpr uint16_t kScCommandInterrupted = 0x021;  // retryable: the R2T budget is spent
 
 constexpr uint8_t kSglInCapsule = 0x01;  // Data Block, Offset
 constexpr uint8_t kSglTransport = 0x5A;  // Transport Data Block, Transport
@@ -59,28 +61,18 @@ QueueConnection::~QueueConnection() {
   if (!ctrl_) return;
   {
     std::lock_guard lk(ctrl_->mu);
-    auto& q = ctrl_->queues;
-    q.erase(std::remove(q.begin(), q.end(), this), q.end());
+    auto it = ctrl_->queues.find(qid_);
+    if (it != ctrl_->queues.end() && it->second == this) ctrl_->queues.erase(it);
   }
   // The admin queue carries the controller: when it goes, the controller and
   // its I/O queues go with it.
-  if (qid_ == 0) state_.destroy_controller(ctrl_->cntlid);
-}
-
-Status QueueConnection::terminate(uint16_t fes, uint32_t fei, ByteView offending, Status why) {
-  HeaderBuf h;
-  const uint32_t n = encode_termreq(PduType::kC2HTermReq, {fes, fei}, offending, h);
-  const size_t extra = std::min<size_t>(offending.size(), kTermReqMaxPlen - kShortHlen);
-  iovec iov[2] = {{h.data(), n}, {const_cast<std::byte*>(offending.data()), extra}};
-  {
-    std::lock_guard lk(send_mu_);
-    (void)stream_.write_all(iov, extra ? 2 : 1);
-  }
-  stream_.shutdown();
-  return why;
+  if (qid_ == 0) state_.destroy_controller(ctrl_);
 }
 
 Status QueueConnection::handshake() {
+  const int64_t handshake_ns = int64_t(state_.config().handshake_timeout_ms) * 1'000'000;
+  read_deadline_ns_ = monotonic_ns() + handshake_ns;
+  stream_.set_read_deadline(read_deadline_ns_);
   uint8_t buf[kIcPduSize];
   KVTIER_RETURN_IF_ERROR(stream_.read_exact(buf, kCommonHeaderSize));
   PduError err;
@@ -107,20 +99,48 @@ Status QueueConnection::handshake() {
   HeaderBuf h;
   const uint32_t n = encode_icresp(resp, h);
   iovec iov{h.data(), n};
-  return stream_.write_all(&iov, 1);
+  KVTIER_RETURN_IF_ERROR(send_pdu(&iov, 1));
+  connect_deadline_ns_ = monotonic_ns() + handshake_ns;  // Connect comes next
+  return Status::ok_status();
 }
 
 Status QueueConnection::run() {
+  receiver_ = std::this_thread::get_id();
   Status st = run_loop();
+  count_end(st);
   // Writes still waiting for their data never get it; commands in the device
-  // call back into this object: wait for them.
+  // call back into this object: wait for them, and for their sends.
   for (auto& [ttag, w] : pending_) {
+    state_.release_r2t(w.length);
     release_buffer(w.buf);
     end_io();
   }
   pending_.clear();
   wait_idle();
+  sender_.reset();
   return st;
+}
+
+void QueueConnection::count_end(const Status& why) {
+  if (why.code() != StatusCode::kTimeout || send_stalled_) return;  // stalls count at the send
+  state_.count(connected_ ? TargetState::Event::kR2tTimeout
+                          : TargetState::Event::kHandshakeTimeout);
+  spdlog::warn("nvmf: connection dropped: {}",
+               connected_ ? "an R2T's data did not arrive in time" : "no ICReq/Connect in time");
+}
+
+void QueueConnection::update_read_deadline() {
+  int64_t deadline = 0;
+  if (!connected_) {
+    deadline = connect_deadline_ns_;
+  } else {
+    for (const auto& [ttag, w] : pending_) {
+      if (deadline == 0 || w.deadline_ns < deadline) deadline = w.deadline_ns;
+    }
+  }
+  if (deadline == read_deadline_ns_) return;
+  read_deadline_ns_ = deadline;
+  stream_.set_read_deadline(deadline);
 }
 
 Status QueueConnection::run_loop() {
@@ -128,6 +148,7 @@ Status QueueConnection::run_loop() {
   uint8_t hdr[kIcPduSize + kDigestSize];
   std::vector<uint8_t> data;
   for (;;) {
+    update_read_deadline();
     KVTIER_RETURN_IF_ERROR(stream_.read_exact(hdr, kCommonHeaderSize));
     PduError err;
     auto l =
@@ -179,57 +200,6 @@ Status QueueConnection::serve_pdu(const PduLayout& l, const uint8_t* hdr,
       return terminate(kFesInvalidHeaderField, 0, h,
                        Status::invalid_argument("nvme-tcp: unexpected PDU"));
   }
-}
-
-Status QueueConnection::complete(uint16_t cid, const Completion& c) {
-  Cqe cqe{};
-  put32(cqe.data(), c.dw0);
-  put32(cqe.data() + 4, c.dw1);
-  put16(cqe.data() + 8, sq_flow_disabled_ ? 0xFFFF : sq_head_.load());
-  put16(cqe.data() + 10, qid_);
-  put16(cqe.data() + 12, cid);
-  uint16_t st = 0;
-  if (c.status) st = uint16_t(((c.status & 0xFF) << 1) | ((c.status >> 8) & 7) << 9 | 1u << 15);
-  put16(cqe.data() + 14, st);
-  HeaderBuf h;
-  const uint32_t n = encode_capsule_resp(cqe, limits_.hdgst, h);
-  iovec iov{h.data(), n};
-  std::lock_guard lk(send_mu_);
-  return stream_.write_all(&iov, 1);
-}
-
-Status QueueConnection::send_data_and_complete(uint16_t cid, ByteView payload, uint32_t len,
-                                               const Completion& c) {
-  if (c.status != kScSuccess || len == 0) return complete(cid, c);
-  std::vector<std::byte> padded;
-  if (payload.size() != len) {  // deliver exactly the requested length
-    padded.assign(len, std::byte{0});
-    std::memcpy(padded.data(), payload.data(), std::min<size_t>(len, payload.size()));
-    payload = ByteView(padded.data(), len);
-  }
-  // SUCCESS replaces the CapsuleResp only when SQ flow control is off and the
-  // completion carries no result.
-  const bool success = sq_flow_disabled_ && c.dw0 == 0 && c.dw1 == 0;
-  HeaderBuf h;
-  const uint32_t n = encode_data(PduType::kC2HData, {cid, 0, 0, len},
-                                 uint8_t(kFlagDataLast | (success ? kFlagDataSuccess : 0)),
-                                 limits_.hdgst, limits_.ddgst, h);
-  uint8_t dd[4];
-  if (limits_.ddgst) put32(dd, digest(payload));
-  iovec iov[3] = {{h.data(), n}, {const_cast<std::byte*>(payload.data()), payload.size()}, {dd, 4}};
-  {
-    std::lock_guard lk(send_mu_);
-    KVTIER_RETURN_IF_ERROR(stream_.write_all(iov, limits_.ddgst ? 3 : 2));
-  }
-  return success ? Status::ok_status() : complete(cid, c);
-}
-
-Status QueueConnection::send_r2t(uint16_t cid, uint16_t ttag, uint32_t offset, uint32_t length) {
-  HeaderBuf h;
-  const uint32_t n = encode_r2t({cid, ttag, offset, length}, limits_.hdgst, h);
-  iovec iov{h.data(), n};
-  std::lock_guard lk(send_mu_);
-  return stream_.write_all(&iov, 1);
 }
 
 Status QueueConnection::handle_capsule(const Sqe& sqe, std::vector<uint8_t>& data, bool ddgst_ok) {
@@ -336,23 +306,33 @@ QueueConnection::Completion QueueConnection::connect(const Sqe& sqe,
     }
     if (cntlid != 0xFFFF && cntlid != 0xFFFE) return {kScFabricsInvalidParam, (1u << 16) | 16};
     auto c = state_.create_controller(sub, hostnqn, hostid, kato);
-    if (!c) return {kScInternal};
+    if (!c) {
+      spdlog::warn("nvmf: controller limit reached, Connect from {} refused", hostnqn);
+      return {kScFabricsControllerBusy, 0, 0, /*retryable=*/true};
+    }
     {
       std::lock_guard lk(c->mu);
-      c->queues.push_back(this);
+      c->queues[0] = this;
     }
     ctrl_ = std::move(c);
     spdlog::info("nvmf: controller {} for {} from {}", ctrl_->cntlid, subnqn, hostnqn);
   } else {
     auto c = state_.find_controller(cntlid);
-    if (!c || c->is_discovery() || c->hostnqn != hostnqn || c->subsystem->config.nqn != subnqn) {
+    if (!c || c->is_discovery() || c->hostnqn != hostnqn || c->hostid != hostid ||
+        c->subsystem->config.nqn != subnqn) {
       return {kScFabricsInvalidParam, (1u << 16) | 16};
     }
     std::lock_guard lk(c->mu);
     const uint16_t granted = c->io_queues_granted ? c->io_queues_granted : cfg.max_io_queues;
     if (!(c->cc & 1) || qid > granted) return {kScFabricsInvalidParam, 42};
-    c->queues.push_back(this);
+    if (c->queues.count(qid)) {  // two connections may not serve one queue
+      state_.count(TargetState::Event::kDuplicateQueue);
+      spdlog::warn("nvmf: second Connect for queue {} of controller {} refused", qid, cntlid);
+      return {kScSequenceError};
+    }
+    c->queues[qid] = this;
     ctrl_ = std::move(c);
+    sender_ = std::make_unique<TaskPool>(1);
   }
   qid_ = qid;
   sq_size_ = uint16_t(sqsize + 1);
@@ -396,7 +376,7 @@ QueueConnection::Completion QueueConnection::set_features(const Sqe& sqe) {
       ctrl_->async_event_config = v;
       return {kScSuccess};
     case 0x0F:
-      ctrl_->kato_ms = v;
+      ctrl_->kato_ms = state_.clamp_kato(v);
       return {kScSuccess};
     default:
       return {kScInvalidField};
@@ -499,15 +479,8 @@ Status QueueConnection::read_or_write(blk::BlockDevice& dev, const Sqe& sqe,
     if (!begin_io()) return complete(cid, {kScInternal});
     const uint32_t b = acquire_buffer(bytes);
     const MutableByteView buf = bufs_[b]->subview(0, bytes);
-    dev.read(slba * bs, buf, [this, cid, b, buf](Status st) {
-      if (st.ok()) {
-        (void)send_data_and_complete(cid, buf, uint32_t(buf.size()), {kScSuccess});
-      } else {
-        (void)complete(cid, {kScInternal});
-      }
-      release_buffer(b);
-      end_io();
-    });
+    dev.read(slba * bs, buf,
+             [this, cid, b, buf](Status st) { finish_from_device(cid, std::move(st), b, buf); });
     return Status::ok_status();
   }
   if (!data.empty()) {  // in-capsule write
@@ -520,7 +493,11 @@ Status QueueConnection::read_or_write(blk::BlockDevice& dev, const Sqe& sqe,
   // R2T-driven write: ask for all of it; the host splits by MAXH2CDATA.
   // The buffer and the in-flight slot are held from now until the device
   // has written the data.
-  if (!begin_io()) return complete(cid, {kScInternal});
+  if (!state_.reserve_r2t(bytes)) return complete(cid, {kScCommandInterrupted, 0, 0, true});
+  if (!begin_io()) {
+    state_.release_r2t(bytes);
+    return complete(cid, {kScInternal});
+  }
   uint16_t ttag = next_ttag_;
   while (pending_.count(ttag)) ++ttag;
   next_ttag_ = uint16_t(ttag + 1);
@@ -530,6 +507,7 @@ Status QueueConnection::read_or_write(blk::BlockDevice& dev, const Sqe& sqe,
   w.offset = slba * bs;
   w.buf = acquire_buffer(bytes);
   w.length = uint32_t(bytes);
+  w.deadline_ns = monotonic_ns() + int64_t(state_.config().r2t_timeout_ms) * 1'000'000;
   pending_.emplace(ttag, w);
   return send_r2t(cid, ttag, 0, uint32_t(bytes));
 }
@@ -571,10 +549,7 @@ Status QueueConnection::io(const Sqe& sqe, std::vector<uint8_t>& data) {
   switch (opc) {
     case 0x00: {
       if (!begin_io()) return complete(cid, {kScInternal});
-      dev.flush([this, cid](Status st) {
-        (void)complete(cid, {st.ok() ? kScSuccess : kScInternal});
-        end_io();
-      });
+      dev.flush([this, cid](Status st) { finish_from_device(cid, std::move(st), kNoBuffer, {}); });
       return Status::ok_status();
     }
     case 0x01:
@@ -622,6 +597,7 @@ Status QueueConnection::receive_h2c(const PduLayout& l, const uint8_t* hdr) {
   w.received += d->length;
   if (!ddgst_ok) {
     const uint16_t cid = w.cid;
+    state_.release_r2t(w.length);
     release_buffer(w.buf);
     pending_.erase(it);
     end_io();
@@ -630,6 +606,7 @@ Status QueueConnection::receive_h2c(const PduLayout& l, const uint8_t* hdr) {
   if (w.received < w.length) return Status::ok_status();
   const PendingWrite done = w;
   pending_.erase(it);
+  state_.release_r2t(done.length);
   submit_write(*ctrl_->subsystem->config.namespaces[done.nsid - 1], done.cid, done.offset, done.buf,
                done.length);
   return Status::ok_status();
@@ -637,11 +614,8 @@ Status QueueConnection::receive_h2c(const PduLayout& l, const uint8_t* hdr) {
 
 void QueueConnection::submit_write(blk::BlockDevice& dev, uint16_t cid, uint64_t offset,
                                    uint32_t buf, uint32_t length) {
-  dev.write(offset, bufs_[buf]->view().subspan(0, length), [this, cid, buf](Status st) {
-    (void)complete(cid, {st.ok() ? kScSuccess : kScInternal});
-    release_buffer(buf);
-    end_io();
-  });
+  dev.write(offset, bufs_[buf]->view().subspan(0, length),
+            [this, cid, buf](Status st) { finish_from_device(cid, std::move(st), buf, {}); });
 }
 
 uint32_t QueueConnection::acquire_buffer(size_t bytes) {

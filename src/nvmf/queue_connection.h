@@ -7,8 +7,12 @@
 // I/O commands are asynchronous all the way to the device: the receiving
 // thread submits Read, Write (in-capsule or once its last H2CData is in),
 // Write Zeroes and Flush with the device's callback API and goes on reading
-// PDUs; the device's callback sends the C2HData and the completion. Sends are
-// serialized by one mutex (whole PDUs, never interleaved). At most SQ size
+// PDUs. The device's callback never sends: it hands the C2HData and the
+// completion to the queue's sender thread, so a host that stops reading its
+// socket stalls only its own sender, never the device's completion thread
+// that every connection of the volume shares; the stalled send times out
+// (send_timeout_ms) and drops this connection. Sends are serialized by one
+// mutex (whole PDUs, never interleaved). At most SQ size
 // commands are in the device at once (a host that sends more gets an error
 // for the excess), each with its own buffer from a pool, and run() returns only
 // after every callback has run, so none outlives the connection. Admin
@@ -21,12 +25,15 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "common/buffer.h"
+#include "common/task_pool.h"
 #include "nvmf/pdu.h"
 #include "nvmf/target_state.h"
 
@@ -39,6 +46,8 @@ class PduStream {
   virtual Status read_exact(void* buf, size_t n) = 0;
   virtual Status write_all(const iovec* iov, int count) = 0;
   virtual void shutdown() = 0;  // unblocks a pending read from another thread
+  // Reads fail with kTimeout after this monotonic_ns() instant; 0: no deadline.
+  virtual void set_read_deadline(int64_t deadline_ns) { (void)deadline_ns; }
 };
 
 class QueueConnection : public Closable {
@@ -57,17 +66,26 @@ class QueueConnection : public Closable {
     uint32_t nsid = 0;
     uint64_t offset = 0;
     uint32_t received = 0;
-    uint32_t length = 0;  // bytes of the transfer (the buffer may be larger)
-    uint32_t buf = 0;     // index into bufs_
+    uint32_t length = 0;      // bytes of the transfer (the buffer may be larger)
+    uint32_t buf = 0;         // index into bufs_
+    int64_t deadline_ns = 0;  // when the host must have sent all of it
   };
   struct Completion {
     uint16_t status = 0;  // (SCT << 8 | SC)
     uint32_t dw0 = 0;
     uint32_t dw1 = 0;
+    bool retryable = false;  // sent without Do Not Retry
   };
+
+  static constexpr uint32_t kNoBuffer = UINT32_MAX;
 
   Status handshake();
   Status run_loop();
+  // The read deadline for the next PDU: Connect's until connected, then the
+  // oldest R2T's while writes wait for data, else none.
+  void update_read_deadline();
+  // Counts why run_loop ended when a bound cut it short.
+  void count_end(const Status& why);
   // Reads an H2CData PDU's data straight into its write's buffer.
   Status receive_h2c(const PduLayout& l, const uint8_t* hdr);
   // Buffers of max_transfer bytes, one per command in the device.
@@ -102,6 +120,15 @@ class QueueConnection : public Closable {
   Status complete(uint16_t cid, const Completion& c);
   Status send_r2t(uint16_t cid, uint16_t ttag, uint32_t offset, uint32_t length);
   Status terminate(uint16_t fes, uint32_t fei, ByteView offending, Status why);
+  // Sends one whole PDU; a send that times out cuts the connection off.
+  Status send_pdu(const iovec* iov, int count);
+  // Runs a device completion's sends on the sender thread (inline when the
+  // queue has none: the admin queue, whose commands are synchronous).
+  void send_later(std::function<void()> send);
+  // Completes a command from a device callback: its data (a read's buffer
+  // `buf`, or none) and its completion go out on the sender thread, and then
+  // the buffer and the in-flight slot are released.
+  void finish_from_device(uint16_t cid, Status st, uint32_t buf, ByteView read_data);
 
   TargetState& state_;
   PduStream& stream_;
@@ -115,7 +142,12 @@ class QueueConnection : public Closable {
   std::map<uint16_t, PendingWrite> pending_;  // by TTAG
   uint16_t next_ttag_ = 0;
   std::mutex send_mu_;  // one sender of PDUs at a time
-  std::mutex io_mu_;    // guards in_flight_ and the buffer pool
+  std::atomic<bool> send_stalled_{false};
+  std::unique_ptr<TaskPool> sender_;  // I/O queues: sends of device completions
+  std::thread::id receiver_;          // the thread in run()
+  int64_t read_deadline_ns_ = 0;      // as last given to the stream
+  int64_t connect_deadline_ns_ = 0;
+  std::mutex io_mu_;  // guards in_flight_ and the buffer pool
   std::condition_variable io_cv_;
   uint32_t in_flight_ = 0;
   std::vector<std::unique_ptr<AlignedBuffer>> bufs_;

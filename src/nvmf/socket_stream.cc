@@ -3,12 +3,16 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
+
+#include "nvmf/target_state.h"  // monotonic_ns
 
 namespace kvtier::nvmf {
 
@@ -19,6 +23,13 @@ SocketStream::~SocketStream() {
 Status SocketStream::read_exact(void* buf, size_t n) {
   auto* p = static_cast<uint8_t*>(buf);
   while (n > 0) {
+    if (read_deadline_ns_) {
+      const int64_t left_ms = (read_deadline_ns_ - monotonic_ns() + 999'999) / 1'000'000;
+      pollfd pfd{fd_, POLLIN, 0};
+      const int ready = left_ms > 0 ? ::poll(&pfd, 1, int(std::min<int64_t>(left_ms, 1 << 30))) : 0;
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0) return Status::timeout("nvme-tcp: the host's PDU did not arrive in time");
+    }
     const ssize_t r = ::recv(fd_, p, n, 0);
     if (r == 0) return Status::unavailable("nvme-tcp: peer closed the connection");
     if (r < 0) {
@@ -41,6 +52,9 @@ Status SocketStream::write_all(const iovec* iov_in, int count) {
     const ssize_t w = ::sendmsg(fd_, &m, MSG_NOSIGNAL);
     if (w < 0) {
       if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        return Status::timeout("nvme-tcp: the host stopped reading (send timed out)");
+      }
       return Status::unavailable(std::string("nvme-tcp: send: ") + strerror(errno));
     }
     size_t left = size_t(w);
@@ -58,6 +72,12 @@ void SocketStream::shutdown() { ::shutdown(fd_, SHUT_RDWR); }
 void tune_socket(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+void bound_socket_sends(int fd, uint32_t send_timeout_ms, uint32_t user_timeout_ms) {
+  timeval tv{time_t(send_timeout_ms / 1000), suseconds_t(send_timeout_ms % 1000) * 1000};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
 }
 
 }  // namespace kvtier::nvmf

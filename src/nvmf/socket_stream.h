@@ -10,16 +10,25 @@ class SocketStream : public PduStream {
  public:
   explicit SocketStream(int fd) : fd_(fd) {}
   ~SocketStream() override;
+  // With a read deadline set, fails with kTimeout once it passes (polls
+  // before each recv; without one, recv blocks as long as the peer waits).
   Status read_exact(void* buf, size_t n) override;
+  // Fails with kTimeout when the socket's send timeout (set_send_timeout)
+  // passes with no byte sent.
   Status write_all(const iovec* iov, int count) override;
   void shutdown() override;
+  void set_read_deadline(int64_t deadline_ns) override { read_deadline_ns_ = deadline_ns; }
   int fd() const { return fd_; }
 
  private:
   int fd_;
+  int64_t read_deadline_ns_ = 0;  // owning thread only
 };
 
-// Sets TCP_NODELAY and large socket buffers, as an NVMe/TCP queue wants.
+// Sets TCP_NODELAY, as an NVMe/TCP queue wants.
 void tune_socket(int fd);
+// Bounds how long a send may make no progress (SO_SNDTIMEO) and how long
+// sent data may stay unacknowledged (TCP_USER_TIMEOUT).
+void bound_socket_sends(int fd, uint32_t send_timeout_ms, uint32_t user_timeout_ms);
 
 }  // namespace kvtier::nvmf

@@ -82,6 +82,13 @@ void NvmfTarget::reap(bool all) {
   for (auto& c : finished) c->thread.join();
 }
 
+size_t NvmfTarget::live_connections() {
+  std::lock_guard lk(conns_mu_);
+  size_t n = 0;
+  for (const auto& c : conns_) n += c->done ? 0 : 1;
+  return n;
+}
+
 void NvmfTarget::accept_loop() {
   while (!stopping_) {
     pollfd p{listen_fd_, POLLIN, 0};
@@ -91,7 +98,16 @@ void NvmfTarget::accept_loop() {
     }
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
+    reap(false);
+    if (live_connections() >= state_->config().max_connections) {
+      // A flood of idle connections must not cost a thread each: close at
+      // once; the ones already here lose their slot at the handshake deadline.
+      ::close(fd);
+      state_->count(TargetState::Event::kConnectionRefused);
+      continue;
+    }
     tune_socket(fd);
+    bound_socket_sends(fd, state_->config().send_timeout_ms, state_->config().tcp_user_timeout_ms);
     auto c = std::make_unique<Conn>();
     c->stream = std::make_unique<SocketStream>(fd);
     Conn* raw = c.get();

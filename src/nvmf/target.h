@@ -1,8 +1,9 @@
 // NvmfTarget: the NVMe/TCP target. Listens on one TCP address (loopback by
 // default), serves the discovery subsystem and the configured NVM subsystems,
-// one thread per queue connection, and expires controllers whose host stops
-// sending Keep Alive. stop() (or the destructor) closes every connection and
-// joins every thread.
+// one thread per queue connection (plus a sender thread per I/O queue), and
+// expires controllers whose host stops sending Keep Alive. Connections over
+// TargetConfig::max_connections are closed as they are accepted. stop() (or the destructor) closes
+// every connection and joins every thread.
 #pragma once
 
 #include <atomic>
@@ -27,6 +28,10 @@ class NvmfTarget {
   uint16_t port() const { return port_; }
   void stop();
   uint64_t connections_served() const { return served_; }
+  // Connections whose thread has not ended yet.
+  size_t live_connections();
+  // What the target refused or cut off to protect itself.
+  TargetCounters counters() const { return state_->counters(); }
 
  private:
   struct Conn;

@@ -1,6 +1,10 @@
 // JSON loading and validation of the target configuration.
 #include "nvmf/target_config.h"
 
+#include <algorithm>
+#include <iterator>
+#include <stdexcept>
+
 #include <nlohmann/json.hpp>
 
 #include "blk/dev/mem_device.h"
@@ -29,6 +33,51 @@ Result<std::shared_ptr<blk::BlockDevice>> open_namespace(const nlohmann::json& n
     return std::shared_ptr<blk::BlockDevice>(std::move(dev.value()));
   }
   return Status::invalid_argument("namespace needs \"mem_mib\" or \"file\"");
+}
+
+// The "limits" object: every key optional, unknown keys refused (a typo
+// must not leave a bound at its default unnoticed).
+void parse_limits(const nlohmann::json& l, TargetConfig& c) {
+  static const char* const kKeys[] = {"max_connections", "max_controllers", "handshake_timeout_ms",
+                                      "r2t_timeout_ms",  "send_timeout_ms", "tcp_user_timeout_ms",
+                                      "min_kato_ms",     "max_kato_ms",     "max_r2t_mib"};
+  for (const auto& [key, value] : l.items()) {
+    if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys)) {
+      throw std::invalid_argument("unknown key in \"limits\": " + key);
+    }
+  }
+  c.max_connections = l.value("max_connections", c.max_connections);
+  c.max_controllers = l.value("max_controllers", c.max_controllers);
+  c.handshake_timeout_ms = l.value("handshake_timeout_ms", c.handshake_timeout_ms);
+  c.r2t_timeout_ms = l.value("r2t_timeout_ms", c.r2t_timeout_ms);
+  c.send_timeout_ms = l.value("send_timeout_ms", c.send_timeout_ms);
+  c.tcp_user_timeout_ms = l.value("tcp_user_timeout_ms", c.tcp_user_timeout_ms);
+  c.min_kato_ms = l.value("min_kato_ms", c.min_kato_ms);
+  c.max_kato_ms = l.value("max_kato_ms", c.max_kato_ms);
+  c.max_r2t_bytes = l.value("max_r2t_mib", c.max_r2t_bytes >> 20) << 20;
+}
+
+// Every timeout of the limits must be set (0 would mean "wait forever").
+Status validate_limits(const TargetConfig& c) {
+  if (c.max_connections < 2 || c.max_connections > 65536) {
+    return Status::invalid_argument("max_connections must be 2..65536");
+  }
+  if (c.max_controllers == 0 || c.max_controllers > 0xFFEF) {
+    return Status::invalid_argument("max_controllers must be 1..65519");
+  }
+  for (uint32_t ms :
+       {c.handshake_timeout_ms, c.r2t_timeout_ms, c.send_timeout_ms, c.tcp_user_timeout_ms}) {
+    if (ms == 0 || ms > 3'600'000) {
+      return Status::invalid_argument("limits: every timeout must be 1 ms..1 h");
+    }
+  }
+  if (c.min_kato_ms == 0 || c.min_kato_ms > c.max_kato_ms || c.max_kato_ms > 3'600'000) {
+    return Status::invalid_argument("limits: need 0 < min_kato_ms <= max_kato_ms <= 1 h");
+  }
+  if (c.max_r2t_bytes < c.max_transfer) {
+    return Status::invalid_argument("limits: max_r2t_mib must hold one max_transfer");
+  }
+  return Status::ok_status();
 }
 
 }  // namespace
@@ -61,7 +110,7 @@ Status validate_target_config(const TargetConfig& c) {
   if (c.in_capsule_data < 1024 || c.in_capsule_data > 131072 || c.in_capsule_data % 16) {
     return Status::invalid_argument("in_capsule_data must be a multiple of 16 in 1024..131072");
   }
-  return Status::ok_status();
+  return validate_limits(c);
 }
 
 Result<TargetConfig> parse_target_config(const std::string& text) {
@@ -75,6 +124,7 @@ Result<TargetConfig> parse_target_config(const std::string& text) {
     }
     c.max_io_queues = j.value("max_io_queues", c.max_io_queues);
     c.queue_depth = j.value("queue_depth", c.queue_depth);
+    if (j.contains("limits")) parse_limits(j["limits"], c);
     for (const auto& sj : j.at("subsystems")) {
       SubsystemConfig s;
       s.nqn = sj.at("nqn").get<std::string>();

@@ -53,8 +53,12 @@ std::shared_ptr<Controller> TargetState::create_controller(const Subsystem* s,
                                                            const std::string& hostnqn,
                                                            const std::array<uint8_t, 16>& hostid,
                                                            uint32_t kato_ms) {
+  kato_ms = clamp_kato(kato_ms);
   std::lock_guard lk(mu_);
-  if (controllers_.size() >= 0xFFEF) return nullptr;
+  if (controllers_.size() >= config_.max_controllers) {
+    count(Event::kControllerRefused);
+    return nullptr;
+  }
   while (controllers_.count(next_cntlid_) || next_cntlid_ == 0 || next_cntlid_ >= 0xFFF0) {
     next_cntlid_ = next_cntlid_ >= 0xFFEF ? 1 : next_cntlid_ + 1;
   }
@@ -75,41 +79,80 @@ std::shared_ptr<Controller> TargetState::find_controller(uint16_t cntlid) {
   return it == controllers_.end() ? nullptr : it->second;
 }
 
-void TargetState::destroy_controller(uint16_t cntlid) {
-  std::shared_ptr<Controller> c;
+void TargetState::destroy_controller(const std::shared_ptr<Controller>& c) {
   {
     std::lock_guard lk(mu_);
-    auto it = controllers_.find(cntlid);
-    if (it == controllers_.end()) return;
-    c = it->second;
+    auto it = controllers_.find(c->cntlid);
+    if (it == controllers_.end() || it->second != c) return;  // already gone
     controllers_.erase(it);
   }
   std::lock_guard lk(c->mu);
-  for (Closable* q : c->queues) q->close_now();
+  for (auto& [qid, q] : c->queues) q->close_now();
+}
+
+uint32_t TargetState::clamp_kato(uint32_t asked_ms) {
+  const uint32_t served = asked_ms == 0
+                              ? config_.max_kato_ms
+                              : std::clamp(asked_ms, config_.min_kato_ms, config_.max_kato_ms);
+  if (served != asked_ms) count(Event::kKatoClamped);
+  return served;
 }
 
 int TargetState::expire_keepalives(int64_t now_ns) {
-  std::vector<uint16_t> expired;
+  std::vector<std::shared_ptr<Controller>> expired;
   {
     std::lock_guard lk(mu_);
     for (auto& [id, c] : controllers_) {
-      if (c->kato_ms == 0) continue;
-      if (now_ns - c->last_keepalive_ns.load() > int64_t(c->kato_ms) * 1'000'000) {
-        expired.push_back(id);
-      }
+      const int64_t kato_ns = int64_t(c->kato_ms) * 1'000'000;
+      if (now_ns - c->last_keepalive_ns.load() > kato_ns) expired.push_back(c);
     }
   }
-  for (uint16_t id : expired) destroy_controller(id);
+  for (const auto& c : expired) destroy_controller(c);
   return int(expired.size());
 }
 
 void TargetState::destroy_all() {
-  std::vector<uint16_t> ids;
+  std::vector<std::shared_ptr<Controller>> all;
   {
     std::lock_guard lk(mu_);
-    for (auto& [id, c] : controllers_) ids.push_back(id);
+    for (auto& [id, c] : controllers_) all.push_back(c);
   }
-  for (uint16_t id : ids) destroy_controller(id);
+  for (const auto& c : all) destroy_controller(c);
+}
+
+bool TargetState::reserve_r2t(uint64_t bytes) {
+  uint64_t held = r2t_bytes_.load(std::memory_order_relaxed);
+  do {
+    if (held + bytes > config_.max_r2t_bytes) {
+      count(Event::kR2tRefused);
+      return false;
+    }
+  } while (!r2t_bytes_.compare_exchange_weak(held, held + bytes, std::memory_order_relaxed));
+  return true;
+}
+
+void TargetState::release_r2t(uint64_t bytes) {
+  r2t_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+void TargetState::count(Event e) {
+  events_[static_cast<size_t>(e)].fetch_add(1, std::memory_order_relaxed);
+}
+
+TargetCounters TargetState::counters() const {
+  auto get = [&](Event e) {
+    return events_[static_cast<size_t>(e)].load(std::memory_order_relaxed);
+  };
+  TargetCounters t;
+  t.connections_refused = get(Event::kConnectionRefused);
+  t.controllers_refused = get(Event::kControllerRefused);
+  t.handshake_timeouts = get(Event::kHandshakeTimeout);
+  t.r2t_timeouts = get(Event::kR2tTimeout);
+  t.send_stalls = get(Event::kSendStall);
+  t.r2t_refused = get(Event::kR2tRefused);
+  t.duplicate_queues = get(Event::kDuplicateQueue);
+  t.kato_clamped = get(Event::kKatoClamped);
+  return t;
 }
 
 }  // namespace kvtier::nvmf
