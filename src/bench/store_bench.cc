@@ -361,6 +361,57 @@ Status measure_disk_reads(const StoreBenchOptions& o, const PayloadPool& payload
   return Status::ok_status();
 }
 
+// Disk hits promoted into a full RAM tier: on the store's promoter thread
+// (the default) and before batch_get returns, each against the same reads
+// with no promotion at all, the three taking turns round by round on
+// reopened stores. `staged`: reads through staging buffers (what RAID0 and
+// NVMe/TCP volumes get), else direct reads into the caller's buffers (which
+// are promoted before batch_get returns in both modes). The ratio says how
+// much of the read rate promotion costs the caller.
+Status measure_promoted_reads(const StoreBenchOptions& o, const DiskBench& d, bool staged,
+                              BenchReport& report) {
+  enum Mode { kNone, kBackground, kInline };
+  const double round_seconds = std::max(0.5, o.seconds / 6);
+  std::vector<double> bg_ratios, inline_ratios;
+  double rates[3] = {0, 0, 0};
+  uint64_t misses = 0;
+  for (unsigned round = 0; round < o.rounds; ++round) {
+    double rate[3] = {0, 0, 0};
+    for (int k = 0; k < 3; ++k) {
+      const Mode mode = static_cast<Mode>((k + round) % 3);  // each goes first in turn
+      kv::StoreOptions so = disk_store_options(o, d.dev);
+      so.promote_on_disk_hit = mode != kNone;
+      so.promote_in_background = mode == kBackground;
+      if (staged) so.disk.direct_reads = kv::DiskTierOptions::DirectReads::kNever;
+      auto s = kv::Store::open(so);
+      if (!s.ok()) return s.status();
+      auto ns = (*s)->register_namespace(bench_namespace());
+      if (!ns.ok()) return ns.status();
+      ColdReader reader(**s, *ns, d.written_objects, std::max<size_t>(256, o.queue_depth * 16),
+                        o.object_bytes);
+      reader.pos = round * 7919;  // another stretch of the order each round
+      auto measured = reader.run_for(round_seconds);
+      if (!measured.ok()) return measured.status();
+      rate[mode] = *measured;
+      misses += reader.misses;
+      KVTIER_RETURN_IF_ERROR((*s)->close());
+    }
+    bg_ratios.push_back(rate[kBackground] / rate[kNone]);
+    inline_ratios.push_back(rate[kInline] / rate[kNone]);
+    for (int m = 0; m < 3; ++m) rates[m] += rate[m] / o.rounds;
+  }
+  const std::string name = staged ? "promoted_get_staged" : "promoted_get_direct";
+  report.add({name,
+              staged ? "disk get via staging, promoted to RAM in the background"
+                     : "disk get direct, promoted to RAM before return",
+              rates[kBackground] / 1e9, "GB/s", rates[kNone] / 1e9, "same reads, no promotion",
+              percentile(bg_ratios, 0.5), 0.9});
+  report.note(name + "_inline_gbps", rates[kInline] / 1e9);
+  report.note(name + "_inline_ratio", percentile(inline_ratios, 0.5));
+  report.note(name + "_misses", misses);
+  return Status::ok_status();
+}
+
 // match_prefix over a 128K-token prompt (8,192 keys) in a store whose index
 // is sized for a million blocks.
 Status measure_match_prefix(BenchReport& report) {
@@ -447,6 +498,10 @@ Result<BenchReport> run_store_bench(const StoreBenchOptions& o) {
   step("disk-tier cold get (O_DIRECT, nothing in RAM)");
   KVTIER_RETURN_IF_ERROR(refill_volume(o, payloads, disk));
   KVTIER_RETURN_IF_ERROR(measure_disk_reads(o, payloads, disk, report));
+  step("disk-tier get promoted into RAM (staged reads): in the background, inline, none");
+  KVTIER_RETURN_IF_ERROR(measure_promoted_reads(o, disk, /*staged=*/true, report));
+  step("disk-tier get promoted into RAM (direct reads): default, inline, none");
+  KVTIER_RETURN_IF_ERROR(measure_promoted_reads(o, disk, /*staged=*/false, report));
   if (!o.keep_volume) ::unlink(o.volume_path.c_str());
 
   step("match_prefix over 8,192 keys (128K tokens)");

@@ -33,6 +33,20 @@ class ReadTarget {
   explicit ReadTarget(MutableByteView out, bool allow_direct = true)
       : out_(out), allow_direct_(allow_direct) {}
 
+  // Keep a staged payload after copying it out (wait_until), until this
+  // target is destroyed: the store promotes from it later, and it is the
+  // buffer the bytes were verified in. Call before the read is issued.
+  void keep_staging() {
+    MutexLock lock(mu_);
+    keep_staging_ = true;
+  }
+  // The staged, verified payload kept by keep_staging() after wait_until()
+  // returned OK; empty for a direct read or a failed one.
+  ByteView staged_payload() {
+    MutexLock lock(mu_);
+    return release_ && status_.ok() ? pending_payload_ : ByteView();
+  }
+
   // The caller's buffer (where a direct read lands).
   MutableByteView out() const { return out_; }
   bool allow_direct() const { return allow_direct_; }
@@ -158,9 +172,11 @@ class ReadTarget {
     if (release_) {
       // Deferred completion: copy out here, then hand the buffer back.
       if (status_.ok()) std::memcpy(out_.data(), pending_payload_.data(), pending_payload_.size());
-      auto release = std::move(release_);
-      release_ = nullptr;
-      release();
+      if (!keep_staging_ || !status_.ok()) {
+        auto release = std::move(release_);
+        release_ = nullptr;
+        release();
+      }  // else the destructor hands the buffer back
     }
     return status_;
   }
@@ -170,6 +186,7 @@ class ReadTarget {
   std::condition_variable cv_;
   MutableByteView out_;
   bool allow_direct_ = true;
+  bool keep_staging_ KVTIER_GUARDED_BY(mu_) = false;
   bool done_ KVTIER_GUARDED_BY(mu_) = false;
   bool abandoned_ KVTIER_GUARDED_BY(mu_) = false;
   bool direct_ KVTIER_GUARDED_BY(mu_) = false;           // the device writes out_ itself

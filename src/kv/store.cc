@@ -132,6 +132,9 @@ Status Store::init() {
     if (!disk.ok()) return disk.status();
     disk_ = std::move(disk).value();
   }
+  if (opts_.promote_on_disk_hit && opts_.promote_in_background && disk_ && ram_->slot_count()) {
+    promoter_ = std::make_unique<TaskPool>(1);
+  }
   return Status::ok_status();
 }
 
@@ -395,6 +398,9 @@ Result<std::vector<PutResult>> Store::batch_put(uint16_t ns, std::span<const Key
 Result<MatchResult> Store::match_prefix(uint16_t ns, std::span<const Key128> keys) {
   KVTIER_RETURN_IF_ERROR(check_open());
   KVTIER_RETURN_IF_ERROR(check_ns(ns));
+  if (promoting_count_.load(std::memory_order_acquire) != 0) {
+    for (const Key128& key : keys) await_promotion(key);
+  }
   const uint64_t t0 = now_ns();
   thread_local std::vector<IndexRecord> recs;
   if (recs.size() < keys.size()) recs.resize(keys.size());
@@ -441,6 +447,7 @@ Result<bool> Store::remove(uint16_t ns, const Key128& key) {
 Result<size_t> Store::pin(uint16_t ns, std::span<const Key128> keys, uint64_t ttl_ms) {
   KVTIER_RETURN_IF_ERROR(check_open());
   KVTIER_RETURN_IF_ERROR(check_ns(ns));
+  if (!keys.empty()) await_promotions(keys);
   constexpr uint64_t kMaxTtlMs = 365ull * 24 * 3600 * 1000;  // a year: no overflow below
   if (ttl_ms > kMaxTtlMs) return Status::invalid_argument("pin TTL longer than a year");
   const uint64_t until = now_ns() + ttl_ms * 1000000ull;
@@ -458,6 +465,7 @@ Result<size_t> Store::pin(uint16_t ns, std::span<const Key128> keys, uint64_t tt
 
 Result<size_t> Store::unpin(uint16_t ns, std::span<const Key128> keys) {
   KVTIER_RETURN_IF_ERROR(check_ns(ns));
+  if (!keys.empty()) await_promotions(keys);
   size_t n = 0;
   for (const Key128& key : keys) {
     auto rec = index_->find(key);
@@ -472,6 +480,7 @@ Result<size_t> Store::unpin(uint16_t ns, std::span<const Key128> keys) {
 
 Status Store::flush() {
   if (!disk_) return Status::ok_status();
+  await_promotions({});
   // Write down every block that lives only in RAM; it stays in RAM too.
   std::vector<IndexRecord> ram_only;
   index_->for_each([&](const IndexRecord& r) {
@@ -497,12 +506,14 @@ Status Store::flush() {
 
 Status Store::close() {
   if (closed_.exchange(true)) return Status::ok_status();
+  stop_promoter();
   if (!disk_) return Status::ok_status();
   KVTIER_RETURN_IF_ERROR(flush());
   return disk_->close();
 }
 
 StoreStats Store::local_stats() const {
+  await_promotions({});  // the counters include the promotions of reads so far
   StoreStats s;
   s.puts = m_->puts.value();
   s.dedups = m_->dedups.value();

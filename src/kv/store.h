@@ -16,6 +16,7 @@
 
 #include <array>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -25,7 +26,9 @@
 #include "blk/block_device.h"
 #include "common/buffer.h"
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/task_pool.h"
 #include "kv/admission.h"
 #include "kv/block_key.h"
 #include "kv/disk_tier.h"
@@ -46,6 +49,12 @@ struct StoreOptions {
   std::shared_ptr<blk::BlockDevice> volume;  // null = no disk tier
   DiskTierOptions disk;
   bool promote_on_disk_hit = true;
+  // Promote staged disk hits on a background thread after batch_get
+  // returned, from the verified staging buffer (no second checksum pass);
+  // direct reads are promoted before it returns, from the caller's buffer. A later read of a key
+  // whose promotion is still queued waits for it, so every read sees the
+  // promotions of the reads before it. Off: promote before returning.
+  bool promote_in_background = true;
   // Put the RAM tier in a sealed memfd that same-host clients map read-only
   // and copy leased blocks from (lease_ram). Off: private memory with huge
   // pages. A client that maps the arena can read every block in RAM, of
@@ -165,7 +174,25 @@ class Store final : public KvStore {
   // A RAM slot in namespace `ns`'s arena, evicting one of its blocks if needed.
   std::optional<uint32_t> obtain_slot(uint16_t ns);
   PutResult put_to_disk(uint16_t ns, const Key128& key, ByteView data, uint32_t crc);
-  void promote(uint16_t ns, const Key128& key, ByteView data, uint32_t expected_crc);
+  // Copies a disk hit into a RAM slot. `verify`: check `data` against
+  // `expected_crc` after the copy (the caller's buffer, which it may reuse);
+  // false for a buffer the store owns and verified already.
+  void promote(uint16_t ns, const Key128& key, ByteView data, uint32_t expected_crc, bool verify);
+  // Promotes a verified disk hit whose bytes the caller has in `out`: on
+  // the promoter thread from `target`'s staging buffer, or now from `out`
+  // after a direct read or without a promoter.
+  void promote_hit(uint16_t ns, const Key128& key, ByteView out, uint32_t crc,
+                   std::shared_ptr<ReadTarget> target);
+  // Background promotion (store_promotion.cc): queue one disk hit whose
+  // bytes lie in `data`, kept alive by `holder`; false when the queue is
+  // full (the hit is then not promoted).
+  bool queue_promotion(uint16_t ns, const Key128& key, ByteView data, uint32_t crc,
+                       std::shared_ptr<const void> holder);
+  // Waits until no queued promotion is for one of `keys` (all of them: an
+  // empty span waits for every queued promotion).
+  void await_promotions(std::span<const Key128> keys) const;
+  void await_promotion(const Key128& key) const { await_promotions({&key, 1}); }
+  void stop_promoter();
   // Classifies a failed disk read and drops a record that is really bad.
   MissReason disk_failure(const IndexRecord& rec, const Status& st);
   // Index insert that, when the index is full, reclaims the oldest disk
@@ -186,6 +213,17 @@ class Store final : public KvStore {
   std::unique_ptr<DiskAdmission> admission_;
   std::atomic<bool> closed_{false};
   std::atomic<uint64_t> demotions_in_flight_{0};
+
+  // Background promotion: one thread; the keys queued and not yet promoted,
+  // each holding the buffer it is promoted from (at most
+  // kMaxQueuedPromotionBytes of them).
+  static constexpr uint64_t kMaxQueuedPromotionBytes = 64ull << 20;
+  std::unique_ptr<TaskPool> promoter_;
+  mutable Mutex promo_mu_;
+  mutable std::condition_variable promo_cv_;
+  std::vector<Key128> promoting_ KVTIER_GUARDED_BY(promo_mu_);
+  std::atomic<size_t> promoting_count_{0};    // promoting_.size(), read without the lock
+  std::atomic<uint64_t> promoting_bytes_{0};  // written under promo_mu_
 
   struct Metrics;
   std::unique_ptr<Metrics> m_;

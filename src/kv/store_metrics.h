@@ -27,6 +27,9 @@ struct Store::Metrics {
         eviction_drops(r.counter("kvtier_store_eviction_drops_total",
                                  "Blocks dropped on RAM eviction (no disk tier could take them)")),
         promotions(r.counter("kvtier_store_promotions_total", "Disk hits copied into RAM")),
+        promotions_skipped(
+            r.counter("kvtier_store_promotions_skipped_total",
+                      "Disk hits not copied into RAM because the promotion queue was full")),
         demotions_rejected(r.counter("kvtier_store_demotions_rejected_total",
                                      "RAM evictions dropped because disk admission said no")),
         disk_direct_puts(
@@ -50,6 +53,7 @@ struct Store::Metrics {
   }
   Counter &puts, &dedups, &put_bytes, &hits_ram, &hits_disk, &get_bytes;
   Counter &evictions, &demotions, &demotion_bytes, &eviction_drops, &promotions;
+  Counter& promotions_skipped;
   Counter &demotions_rejected, &disk_direct_puts;
   Histogram &get_latency, &put_latency, &match_latency;
   Counter& index_reclaims;

@@ -1,6 +1,6 @@
 // Store: the read path: get, batch_get (RAM hits copied under a lease, disk
-// reads in a sliding window, each given up at its deadline), promotion of
-// disk hits into RAM, and leases of RAM slots for zero-copy readers.
+// reads in a sliding window, each given up at its deadline), handing disk
+// hits to promotion (store_promotion.cc), and leases of RAM slots for zero-copy readers.
 #include <fmt/format.h>
 
 #include <cstring>
@@ -36,33 +36,6 @@ MissReason Store::disk_failure(const IndexRecord& rec, const Status& st) {
     return r.in_ram();
   });
   return dropped ? MissReason::kCorrupt : MissReason::kEvicted;
-}
-
-void Store::promote(uint16_t ns, const Key128& key, ByteView data, uint32_t expected_crc) {
-  auto slot = obtain_slot(ns);
-  if (!slot) return;
-  copy_block(ram_->data(*slot), data.data(), data.size());
-  // The bytes come from the caller's buffer, which the caller may have
-  // reused or overlapped: promote only what still matches the verified CRC.
-  const uint32_t crc = crc32c(ram_->data(*slot), data.size());
-  if (crc != expected_crc) {
-    ram_->release_slot(*slot);
-    return;
-  }
-  ram_->publish(*slot, key, ns, static_cast<uint32_t>(data.size()), crc, true);
-  bool attached = false;
-  index_->update(key, [&](IndexRecord& r) {
-    if (r.in_ram() || r.ns != ns) return true;
-    r.ram_slot = *slot;
-    attached = true;
-    return true;
-  });
-  if (attached) {
-    ram_->release(*slot);
-    m_->promotions.add();
-    return;
-  }
-  ram_->abandon(*slot);
 }
 
 Result<GetResult> Store::get(uint16_t ns, const Key128& key, MutableByteView out) {
@@ -172,6 +145,9 @@ Result<std::vector<GetResult>> Store::batch_get_impl(uint16_t ns,
   KVTIER_RETURN_IF_ERROR(check_open());
   KVTIER_RETURN_IF_ERROR(check_ns(ns));
   KVTIER_RETURN_IF_ERROR(check_batch_get(ns, items));
+  if (promoting_count_.load(std::memory_order_acquire) != 0) {
+    for (const auto& it : items) await_promotion(it.key);
+  }
   const uint64_t t0 = now_ns();
   const uint64_t deadline = t0 + opts_.io_timeout_ms * 1000000ull;
   std::vector<GetResult> results(items.size());
@@ -197,6 +173,11 @@ Result<std::vector<GetResult>> Store::batch_get_impl(uint16_t ns,
         if (r.disk_hits < 0xFFFF) ++r.disk_hits;
         return true;
       });
+      // Promote at once, so the promoter works while the rest are read.
+      if (opts_.promote_on_disk_hit && ram_->slot_count() > 0) {
+        promote_hit(ns, items[p.item].key, ByteView(items[p.item].out.data(), res.length), p.crc,
+                    std::move(p.target));
+      }
     } else {
       res.miss = disk_failure(p.rec, st);
     }
@@ -206,23 +187,22 @@ Result<std::vector<GetResult>> Store::batch_get_impl(uint16_t ns,
   const size_t window = std::max<size_t>(1, opts_.disk.read_depth);
   size_t finished = 0;
 
-  // RAM hits are copied now; disk reads go out in a sliding window.
+  // RAM hits are copied first, before a promotion of one of this batch's
+  // disk hits could evict them; then disk reads go out in a sliding window.
+  std::vector<std::pair<size_t, IndexRecord>> on_disk;
   for (size_t i = 0; i < items.size(); ++i) {
     auto rec = get_from_ram(ns, items[i], &results[i]);
-    if (!rec) continue;
+    if (rec) on_disk.emplace_back(i, *rec);
+  }
+  pending.reserve(on_disk.size());
+  for (const auto& [i, rec] : on_disk) {
     auto target = std::make_shared<ReadTarget>(items[i].out, allow_direct);
-    disk_->read_async(*rec, target, deadline);
-    pending.push_back({i, *rec, std::move(target)});
+    if (promoter_) target->keep_staging();  // the promoter copies from it
+    disk_->read_async(rec, target, deadline);
+    pending.push_back({i, rec, std::move(target)});
     if (pending.size() - finished >= window) finish(pending[finished++]);
   }
   while (finished < pending.size()) finish(pending[finished++]);
-  // Pass 3: bookkeeping and promotion, off the read critical path.
-  for (const auto& p : pending) {
-    const GetResult& res = results[p.item];
-    if (res.hit && opts_.promote_on_disk_hit && ram_->slot_count() > 0) {
-      promote(ns, items[p.item].key, ByteView(items[p.item].out.data(), res.length), p.crc);
-    }
-  }
   count_gets(results, t0);
   return results;
 }
@@ -231,6 +211,7 @@ Result<std::optional<RamLease>> Store::lease_ram(uint16_t ns, const Key128& key)
   KVTIER_RETURN_IF_ERROR(check_open());
   KVTIER_RETURN_IF_ERROR(check_ns(ns));
   KVTIER_RETURN_IF_ERROR(check_key(key));
+  await_promotion(key);
   const uint64_t t0 = now_ns();
   // A slot being demoted or reused fails the lease: look again a few times,
   // as get() does, then let the caller fall back to get().
