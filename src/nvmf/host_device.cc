@@ -127,7 +127,12 @@ Result<std::unique_ptr<NvmeTcpDevice>> NvmeTcpDevice::connect(const HostOptions&
 NvmeTcpDevice::~NvmeTcpDevice() {
   // Requests still queued fail fast once stopping_ is set; those in flight
   // complete on the live queues. Both call back before the queues go.
-  stopping_ = true;
+  // stopping_ is set under state_mu_: the keep-alive thread checks it and
+  // then waits (up to kato/2) under that lock, and must not miss the wakeup.
+  {
+    std::lock_guard lk(state_mu_);
+    stopping_ = true;
+  }
   state_cv_.notify_all();
   submitters_.reset();
   if (keepalive_.joinable()) keepalive_.join();
