@@ -90,9 +90,10 @@ void Store::await_promotions(std::span<const Key128> keys) const {
   MutexLock lock(promo_mu_);
   lock.wait(promo_cv_, [&]() KVTIER_REQUIRES(promo_mu_) {
     if (keys.empty()) return promoting_.empty();
-    return std::none_of(keys.begin(), keys.end(), [&](const Key128& k) {
-      return std::find(promoting_.begin(), promoting_.end(), k) != promoting_.end();
-    });
+    for (const Key128& k : keys) {
+      if (std::find(promoting_.begin(), promoting_.end(), k) != promoting_.end()) return false;
+    }
+    return true;
   });
 }
 

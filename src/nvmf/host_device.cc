@@ -134,6 +134,12 @@ NvmeTcpDevice::~NvmeTcpDevice() {
     stopping_ = true;
   }
   state_cv_.notify_all();
+  {
+    // Reads sent without a thread complete on the live queues, or within
+    // io_timeout by a retry posted to the submitters (which fails fast now).
+    std::unique_lock lk(async_mu_);
+    async_cv_.wait(lk, [&] { return async_in_flight_ == 0; });
+  }
   submitters_.reset();
   if (keepalive_.joinable()) keepalive_.join();
   std::lock_guard lk(state_mu_);
@@ -332,18 +338,68 @@ void NvmeTcpDevice::keepalive_loop() {
   }
 }
 
+namespace {
+std::function<void(blk::DeviceStats&)> counts_read(uint64_t n) {
+  return [n](blk::DeviceStats& s) {
+    s.reads++;
+    s.bytes_read += n;
+  };
+}
+}  // namespace
+
 void NvmeTcpDevice::read(uint64_t offset, MutableByteView dst, blk::IoCallback cb) {
   Status st = check_io(offset, dst.size(), dst.data());
   if (!st.ok()) return finish(st, nullptr, cb);
+  if (dst.size() <= max_transfer_ && try_read_async(offset, dst, cb)) return;
   submitters_->post([this, offset, dst, cb = std::move(cb)] {
-    finish(
-        read_blocking(offset, dst),
-        [n = dst.size()](blk::DeviceStats& s) {
-          s.reads++;
-          s.bytes_read += n;
-        },
-        cb);
+    finish(read_blocking(offset, dst), counts_read(dst.size()), cb);
   });
+}
+
+bool NvmeTcpDevice::try_read_async(uint64_t offset, MutableByteView dst,
+                                   const blk::IoCallback& cb) {
+  if (Queue::on_receiver_thread()) return false;  // a read issued from a completion
+  std::shared_ptr<Queue> q;
+  uint64_t gen = 0;
+  {
+    std::lock_guard lk(state_mu_);
+    if (!up_ || stopping_ || io_.empty()) return false;
+    q = io_[next_queue_++ % io_.size()];
+    gen = generation_;
+  }
+  auto cmd = std::make_unique<Command>();
+  const auto n = uint32_t(dst.size());
+  cmd->sqe = make_sqe(0x02, opt_.nsid, n);
+  put64(&cmd->sqe[40], offset / block_size_);
+  put32(&cmd->sqe[48], n / block_size_ - 1);
+  cmd->in = dst;
+  {
+    std::lock_guard lk(async_mu_);
+    ++async_in_flight_;
+  }
+  auto done = [this, gen, offset, dst, cb](Status st, Command& c) {
+    if (st.ok()) {
+      finish(nvme_status(c.status, "I/O command"), counts_read(dst.size()), cb);
+    } else {
+      // The connection failed under the read: retry it the blocking way,
+      // which waits for the reconnect or fails as configured. Not on the
+      // receiver thread, which must never wait for state_mu_ (a reconnect
+      // holds it while it joins the old receivers).
+      submitters_->post([this, gen, st, offset, dst, cb] {
+        lost(gen, st);
+        finish(read_blocking(offset, dst), counts_read(dst.size()), cb);
+      });
+    }
+    std::lock_guard lk(async_mu_);
+    if (--async_in_flight_ == 0) async_cv_.notify_all();
+  };
+  if (q->submit(cmd, std::move(done))) {
+    async_reads_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  std::lock_guard lk(async_mu_);
+  if (--async_in_flight_ == 0) async_cv_.notify_all();
+  return false;
 }
 
 void NvmeTcpDevice::write(uint64_t offset, ByteView src, blk::IoCallback cb) {
@@ -468,6 +524,14 @@ Status NvmeTcpDevice::trim_blocking(uint64_t offset, uint64_t length) {
     done += blocks * block_size_;
   }
   return st;
+}
+
+blk::DeviceCapabilities NvmeTcpDevice::capabilities() const {
+  blk::DeviceCapabilities c;
+  c.direct_reads = true;
+  c.alignment = buffer_alignment();
+  c.max_transfer_bytes = max_transfer_;  // larger requests are split into commands
+  return c;
 }
 
 blk::DeviceStats NvmeTcpDevice::stats() const {

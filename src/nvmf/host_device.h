@@ -6,14 +6,18 @@
 // has passed since the loss (and everything fails after ctrl_loss_tmo). Every
 // socket wait is bounded by io_timeout, so no call ever hangs.
 //
-// Threads: requests may be submitted from any thread and return at once;
-// the callback runs later on one of the device's submitter threads (as many
+// Threads: requests may be submitted from any thread and return at once. A
+// read of at most one command's size, while the device is up and a queue
+// has a free command id, is sent by the caller's thread itself on a queue
+// picked round robin, and its callback runs on that queue's receiver thread
+// (the thread that placed its C2H data straight into the caller's buffer):
+// no thread waits for it. Everything else (writes, larger reads, reads while
+// reconnecting or with every command id taken, and the retry of a read whose
+// connection failed) runs on one of the device's submitter threads (as many
 // as the queues can hold commands: io_queues x (queue_size - 1), at most
-// 256), so a single submitter keeps the full queue depth in flight. Each
-// submitter runs its command on a queue picked round robin. A queue keeps up
-// to queue_size - 1 commands in flight, told apart by command id, and a
-// receiver thread per queue places C2H data straight into the callers'
-// buffers. A keep-alive thread owns the admin queue's periodic traffic.
+// 256), each of which blocks while its command is in flight. A queue keeps
+// up to queue_size - 1 commands in flight, told apart by command id. A
+// keep-alive thread owns the admin queue's periodic traffic.
 #pragma once
 
 #include <atomic>
@@ -85,8 +89,13 @@ class NvmeTcpDevice : public blk::BlockDevice {
   Status read_sync(uint64_t offset, MutableByteView dst) override;
   Status write_sync(uint64_t offset, ByteView src) override;
   blk::DeviceStats stats() const override;
+  // Reads land straight in the caller's buffer (C2H data is received into
+  // it); no registered buffers, so the disk tier still stages its reads.
+  blk::DeviceCapabilities capabilities() const override;
 
   uint64_t reconnects() const { return reconnects_; }
+  // Reads sent by the caller's thread with no thread waiting for them.
+  uint64_t async_reads() const { return async_reads_; }
   // The most commands that were ever in flight at once on one I/O queue.
   uint32_t peak_in_flight() const { return peak_in_flight_; }
   bool connected() const;
@@ -97,6 +106,9 @@ class NvmeTcpDevice : public blk::BlockDevice {
   explicit NvmeTcpDevice(HostOptions o);
   Status establish();  // connects every queue; caller holds state_mu_
   Status run(Command& cmd);
+  // Sends a read without a waiting thread (see the top of this file);
+  // false when it cannot, and the caller takes the blocking path.
+  bool try_read_async(uint64_t offset, MutableByteView dst, const blk::IoCallback& cb);
   // The blocking bodies of read/write/flush/trim, run by a submitter.
   Status read_blocking(uint64_t offset, MutableByteView dst);
   Status write_blocking(uint64_t offset, ByteView src);
@@ -132,10 +144,16 @@ class NvmeTcpDevice : public blk::BlockDevice {
   std::atomic<uint32_t> next_queue_{0};
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> reconnects_{0};
+  std::atomic<uint64_t> async_reads_{0};
   std::atomic<uint32_t> peak_in_flight_{0};
   std::thread keepalive_;
   mutable std::mutex stats_mu_;
   blk::DeviceStats stats_;
+  // Reads sent by try_read_async and not yet called back; the destructor
+  // waits for them before the submitters (which retry failed ones) go.
+  std::mutex async_mu_;
+  std::condition_variable async_cv_;
+  uint64_t async_in_flight_ = 0;
   // Last member: destroyed first, so every posted request has run (and
   // called back) before the queues and the rest of the device go.
   std::unique_ptr<TaskPool> submitters_;

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -71,6 +72,69 @@ TEST(NvmeTcpDevice, WritesReadsFlushesTrimsThroughOwnTarget) {
   EXPECT_EQ(dev->raw()[(1 << 20) + 5], std::byte{0});  // MemDevice zero-fills trimmed ranges
   // Past the end: refused locally before anything is sent.
   EXPECT_FALSE((*h)->read_sync(16 << 20, r.subview(0, 4096)).ok());
+}
+
+// Reads of one command go out from the caller's thread and call back from
+// the queue's receiver: counted as such, one at a time; a read issued from
+// inside a callback still completes (it takes a submitter thread); and a
+// device destroyed with reads in flight calls every one back, once, first.
+TEST(NvmeTcpDevice, ReadsGoOutWithoutAThreadEachAndAllCallBack) {
+  auto dev = std::make_shared<blk::MemDevice>(16 << 20, 4096, 1);
+  for (size_t i = 0; i < dev->raw().size(); ++i) dev->raw()[i] = std::byte(i * 7 + (i >> 12));
+  auto t = NvmfTarget::start(target_config(dev, 0));
+  ASSERT_TRUE(t.ok());
+  HostOptions o = host_options((*t)->port());
+  o.io_queues = 1;
+  auto h = NvmeTcpDevice::connect(o);
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  auto matches = [&](const AlignedBuffer& b, uint64_t off) {
+    return std::memcmp(b.data(), dev->raw().data() + off, b.size()) == 0;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  AlignedBuffer buf(64 << 10);
+  for (int i = 0; i < 20; ++i) {
+    bool done = false;
+    Status got = Status::internal("not called");
+    (*h)->read(uint64_t(i) << 16, buf.view(), [&](Status st) {
+      std::lock_guard lk(mu);
+      got = st;
+      done = true;
+      cv.notify_all();
+    });
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return done; });
+    ASSERT_TRUE(got.ok()) << got.to_string();
+    EXPECT_TRUE(matches(buf, uint64_t(i) << 16)) << i;
+  }
+  EXPECT_EQ((*h)->async_reads(), 20u);
+
+  AlignedBuffer inner(4096);
+  bool inner_done = false;
+  Status inner_st = Status::internal("not called");
+  (*h)->read(0, buf.view(), [&](Status) {
+    (*h)->read(8192, inner.view(), [&](Status st) {
+      std::lock_guard lk(mu);
+      inner_st = st;
+      inner_done = true;
+      cv.notify_all();
+    });
+  });
+  {
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return inner_done; });
+  }
+  EXPECT_TRUE(inner_st.ok()) << inner_st.to_string();
+  EXPECT_TRUE(matches(inner, 8192));
+
+  std::atomic<int> called{0};
+  std::vector<AlignedBuffer> bufs;
+  for (int i = 0; i < 32; ++i) bufs.emplace_back(64 << 10);
+  for (int i = 0; i < 32; ++i) {
+    (*h)->read(uint64_t(i) << 16, bufs[i].view(), [&](Status) { called.fetch_add(1); });
+  }
+  h->reset();
+  EXPECT_EQ(called.load(), 32);
 }
 
 // One submitter, one I/O queue, a namespace whose every completion takes

@@ -1,8 +1,9 @@
 // libFuzzer target over the NVMe/TCP host (NvmeTcpDevice): what a broken or
 // malicious target sends. A scripted target on loopback answers each PDU the
 // host sends with the next chunk of a valid transcript (ICResp, Connect,
-// Property Set, Identify, Set Features, one read and one write through R2T,
-// or a discovery log), after the fuzz input's edits to those chunks. The host
+// Property Set, Identify, Set Features, a blocking read, a write through R2T
+// and a read with a callback, or a discovery log), after the fuzz input's
+// edits to those chunks. The host
 // runs its real sockets, threads and timeouts; ASan and UBSan watch every
 // byte it writes into the caller's buffers. With no edits, the transcript
 // must connect and move the expected data: the harness checks itself on
@@ -20,9 +21,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -135,7 +138,7 @@ std::vector<Connection> connect_transcript(Digests d) {
                       identify_controller(d),
                       resp(d),  // Set Features: one I/O queue
                       identify_namespace(d)};
-  Connection io = {icresp(d), resp(d), read_answer(d), r2t(d), resp(d)};
+  Connection io = {icresp(d), resp(d), read_answer(d), r2t(d), resp(d), read_answer(d)};
   return {admin, io};
 }
 
@@ -309,6 +312,25 @@ void run_connect(uint16_t port, Digests d, bool pristine) {
   std::memset(out.get(), 0x33, kIoBytes);
   const Status ws = (*dev)->write_sync(0, ByteView(out.get(), kIoBytes));
   if (pristine && !ws.ok()) __builtin_trap();
+  // A read with a callback: sent without a waiting thread, completed (or
+  // failed, then retried and failed) from the queue's receiver.
+  std::mutex mu;
+  std::condition_variable cv;
+  int calls = 0;
+  Status as;
+  (*dev)->read(0, MutableByteView(in.get(), kIoBytes), [&](Status st) {
+    std::lock_guard lk(mu);
+    as = st;
+    ++calls;
+    cv.notify_all();
+  });
+  {
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return calls > 0; });
+  }
+  if (pristine && (!as.ok() || (*dev)->async_reads() != 1)) __builtin_trap();
+  dev->reset();
+  if (calls != 1) __builtin_trap();  // called back exactly once
 }
 
 void run_discovery(uint16_t port, Digests d, bool pristine) {

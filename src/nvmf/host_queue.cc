@@ -3,6 +3,12 @@
 
 namespace kvtier::nvmf {
 
+namespace {
+thread_local bool tl_receiver = false;  // set for good on each receiver thread
+}  // namespace
+
+bool NvmeTcpDevice::Queue::on_receiver_thread() { return tl_receiver; }
+
 Result<std::shared_ptr<NvmeTcpDevice::Queue>> NvmeTcpDevice::Queue::open(
     const HostOptions& o, std::atomic<uint32_t>* peak) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -42,6 +48,36 @@ void NvmeTcpDevice::Queue::shutdown() {
   stream_.shutdown();
 }
 
+bool NvmeTcpDevice::Queue::take_slot_locked(Command& cmd, uint16_t* cid) {
+  if (free_.empty()) return false;
+  *cid = free_.back();
+  free_.pop_back();
+  Slot& s = slots_[*cid];
+  s = Slot{};
+  s.cmd = &cmd;
+  s.busy = true;
+  if (peak_) {
+    const uint32_t now = uint32_t(slots_.size() - free_.size());
+    uint32_t seen = peak_->load();
+    while (now > seen && !peak_->compare_exchange_weak(seen, now)) {
+    }
+  }
+  return true;
+}
+
+Status NvmeTcpDevice::Queue::send_capsule(const Command& cmd, uint16_t cid) {
+  Sqe sqe = cmd.sqe;
+  put16(&sqe[2], cid);
+  HeaderBuf h;
+  const uint32_t dlen = cmd.in_capsule ? uint32_t(cmd.out.size()) : 0;
+  const uint32_t n = encode_capsule_cmd(sqe, dlen, lim_.hdgst, lim_.ddgst, h);
+  uint8_t dd[4];
+  if (dlen && lim_.ddgst) put32(dd, digest(cmd.out));
+  iovec iov[3] = {{h.data(), n}, {const_cast<std::byte*>(cmd.out.data()), dlen}, {dd, 4}};
+  std::lock_guard sl(send_mu_);
+  return stream_.write_all(iov, dlen ? (lim_.ddgst ? 3 : 2) : 1);
+}
+
 Status NvmeTcpDevice::Queue::exec(Command& cmd) {
   std::unique_lock lk(mu_);
   const auto deadline = Clock::now() + io_timeout_;
@@ -52,31 +88,11 @@ Status NvmeTcpDevice::Queue::exec(Command& cmd) {
     }
   }
   if (!failed_.ok()) return failed_;
-  const uint16_t cid = free_.back();
-  free_.pop_back();
+  uint16_t cid = 0;
+  take_slot_locked(cmd, &cid);
   Slot& s = slots_[cid];
-  s = Slot{};
-  s.cmd = &cmd;
-  s.busy = true;
-  if (peak_) {
-    const uint32_t now = uint32_t(slots_.size() - free_.size());
-    uint32_t seen = peak_->load();
-    while (now > seen && !peak_->compare_exchange_weak(seen, now)) {
-    }
-  }
   lk.unlock();
-  put16(&cmd.sqe[2], cid);
-  HeaderBuf h;
-  const uint32_t dlen = cmd.in_capsule ? uint32_t(cmd.out.size()) : 0;
-  const uint32_t n = encode_capsule_cmd(cmd.sqe, dlen, lim_.hdgst, lim_.ddgst, h);
-  uint8_t dd[4];
-  if (dlen && lim_.ddgst) put32(dd, digest(cmd.out));
-  iovec iov[3] = {{h.data(), n}, {const_cast<std::byte*>(cmd.out.data()), dlen}, {dd, 4}};
-  Status st;
-  {
-    std::lock_guard sl(send_mu_);
-    st = stream_.write_all(iov, dlen ? (lim_.ddgst ? 3 : 2) : 1);
-  }
+  Status st = send_capsule(cmd, cid);
   lk.lock();
   if (!st.ok()) fail_locked(lk, st);
   for (;;) {
@@ -102,6 +118,41 @@ Status NvmeTcpDevice::Queue::exec(Command& cmd) {
   free_.push_back(cid);
   slot_cv_.notify_one();
   return st;
+}
+
+bool NvmeTcpDevice::Queue::submit(std::unique_ptr<Command>& cmd, AsyncDone done) {
+  if (on_receiver_thread()) return false;
+  std::unique_lock lk(mu_);
+  uint16_t cid = 0;
+  if (!failed_.ok() || !take_slot_locked(*cmd, &cid)) return false;
+  Slot& s = slots_[cid];
+  s.deadline = Clock::now() + io_timeout_;
+  s.on_done = std::move(done);
+  s.owned = std::move(cmd);
+  s.sending = true;  // the receiver leaves the command alone until sent
+  const Command& c = *s.cmd;
+  lk.unlock();
+  const Status st = send_capsule(c, cid);
+  lk.lock();
+  s.sending = false;
+  recv_cv_.notify_all();
+  // From here the receiver owns the command: it completes it, or fails it
+  // when the connection goes (as a failed send makes it).
+  if (!st.ok()) {
+    if (failed_.ok()) failed_ = st;
+    closing_ = true;
+    stream_.shutdown();
+  }
+  return true;
+}
+
+bool NvmeTcpDevice::Queue::async_overdue() {
+  const auto now = Clock::now();
+  std::lock_guard lk(mu_);
+  for (const Slot& s : slots_) {
+    if (s.busy && !s.done && s.on_done && now >= s.deadline) return true;
+  }
+  return false;
 }
 
 NvmeTcpDevice::Queue::Queue(int fd, const HostOptions& o)
@@ -147,24 +198,56 @@ NvmeTcpDevice::Queue::Slot* NvmeTcpDevice::Queue::slot_for(uint16_t cid) {
 }
 
 void NvmeTcpDevice::Queue::complete(Slot& s, Status st) {
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
+  if (s.on_done) {
+    recv_cv_.wait(lk, [&] { return !s.sending; });
+    // A submit()ted command: free its id, then call back without the lock.
+    AsyncDone done = std::move(s.on_done);
+    std::unique_ptr<Command> cmd = std::move(s.owned);
+    const auto cid = uint16_t(&s - slots_.data());
+    s = Slot{};
+    free_.push_back(cid);
+    slot_cv_.notify_one();
+    lk.unlock();
+    done(std::move(st), *cmd);
+    return;
+  }
   s.result = std::move(st);
   s.done = true;
   s.cv.notify_all();
 }
 
 void NvmeTcpDevice::Queue::receive_loop() {
+  tl_receiver = true;
   Status st = receive_all();
-  std::lock_guard lk(mu_);
-  if (failed_.ok()) failed_ = st.ok() ? Status::unavailable("nvmf host: queue closed") : st;
-  stream_.shutdown();
-  for (Slot& s : slots_) {
-    if (s.busy && !s.done) {
+  std::vector<std::pair<AsyncDone, std::unique_ptr<Command>>> orphans;
+  Status why;
+  {
+    std::unique_lock lk(mu_);
+    if (failed_.ok()) failed_ = st.ok() ? Status::unavailable("nvmf host: queue closed") : st;
+    why = failed_;
+    stream_.shutdown();  // so a capsule still being sent fails at once
+    recv_cv_.wait(lk, [&] {
+      return std::none_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.sending; });
+    });
+    for (size_t cid = 0; cid < slots_.size(); ++cid) {
+      Slot& s = slots_[cid];
+      if (!s.busy || s.done) continue;
+      if (s.on_done) {
+        orphans.emplace_back(std::move(s.on_done), std::move(s.owned));
+        s = Slot{};
+        free_.push_back(uint16_t(cid));
+        continue;
+      }
       s.result = failed_;
       s.done = true;
       s.cv.notify_all();
     }
   }
+  // Submitted commands learn of the failure before the receiver is counted
+  // as stopped, so once fail_locked() returns, every callback has run.
+  for (auto& [done, cmd] : orphans) done(why, *cmd);
+  std::lock_guard lk(mu_);
   receiver_stopped_ = true;
   recv_cv_.notify_all();
   slot_cv_.notify_all();
@@ -177,6 +260,10 @@ Status NvmeTcpDevice::Queue::receive_all() {
     pollfd p{stream_.fd(), POLLIN, 0};
     const int pr = ::poll(&p, 1, 200);
     if (closing_) return Status::unavailable("nvmf host: queue closed");
+    if (Clock::now() >= next_overdue_check_) {
+      next_overdue_check_ = Clock::now() + std::chrono::milliseconds(50);
+      if (async_overdue()) return Status::unavailable("nvmf host: command timed out (io_timeout)");
+    }
     if (pr == 0) continue;
     if (pr < 0 && errno == EINTR) continue;
     KVTIER_RETURN_IF_ERROR(stream_.read_exact(hdr, kCommonHeaderSize));
@@ -245,7 +332,7 @@ Status NvmeTcpDevice::Queue::receive_all() {
           return Status::corruption("nvmf host: R2T for no outstanding command");
         }
         Slot& s = slots_[d->cccid];
-        if (s.cmd->in_capsule || uint64_t(d->offset) + d->length > s.cmd->out.size()) {
+        if (s.on_done || s.cmd->in_capsule || uint64_t(d->offset) + d->length > s.cmd->out.size()) {
           return Status::corruption("nvmf host: bad R2T");
         }
         s.r2t.push_back({d->ttag, d->offset, d->length});

@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <memory>
 
 #include <spdlog/spdlog.h>
 
@@ -35,11 +37,14 @@ struct NvmeTcpDevice::Command {
 
 // One TCP connection (admin or I/O queue) with many commands in flight.
 // Any number of threads call exec() at once (up to the queue size; more
-// wait for a free command id). A receiver thread owned by the queue reads
-// every PDU and dispatches it by command id: C2HData goes straight into the
-// caller's buffer, CapsuleResp completes the command, and an R2T is handed
-// to the command's own thread, which sends the H2CData (so the receiver never
-// blocks on a send while the controller blocks on sending to us).
+// wait for a free command id), and submit() sends a command without
+// waiting for it. A receiver thread owned by the queue reads every PDU and
+// dispatches it by command id: C2HData goes straight into the caller's
+// buffer, CapsuleResp completes the command (waking exec()'s thread, or
+// running submit()'s callback on the receiver thread), and an R2T is handed
+// to the command's own exec() thread, which sends the H2CData (so the
+// receiver never blocks on a send while the controller blocks on sending to
+// us; submit() takes no command that needs R2T).
 class NvmeTcpDevice::Queue {
  public:
   // `peak` (may be null) records the most commands ever in flight on one queue.
@@ -57,6 +62,20 @@ class NvmeTcpDevice::Queue {
   // failed (the queue is then unusable); NVMe errors come back in cmd.status.
   Status exec(Command& cmd);
 
+  // Sends `cmd` (a read, or a write with its data in the capsule: nothing
+  // that needs R2T) and returns without waiting; `done` runs once on the
+  // receiver thread with the command, OK or the transport's failure, within
+  // io_timeout. False, leaving `cmd` and calling nothing, when no command id
+  // is free, the queue has failed, or the caller is a receiver thread (see
+  // on_receiver_thread()): run the command with exec() instead.
+  using AsyncDone = std::function<void(Status, Command&)>;
+  bool submit(std::unique_ptr<Command>& cmd, AsyncDone done);
+
+  // True on any queue's receiver thread. Callbacks run there, and must not
+  // send (a blocked send would stop that queue's receiving) nor wait for the
+  // device's state lock (a reconnect holds it while it joins receivers).
+  static bool on_receiver_thread();
+
  private:
   struct R2t {
     uint16_t ttag;
@@ -71,6 +90,12 @@ class NvmeTcpDevice::Queue {
     Status result;
     std::vector<R2t> r2t;
     std::condition_variable cv;
+    // A submit()ted command: owned here, completed by calling on_done, and
+    // failed by the receiver once past its deadline.
+    std::unique_ptr<Command> owned;
+    AsyncDone on_done;
+    Clock::time_point deadline{};
+    bool sending = false;  // submit() is still sending the capsule
     Slot& operator=(Slot&& o) {
       cmd = o.cmd;
       busy = o.busy;
@@ -78,6 +103,10 @@ class NvmeTcpDevice::Queue {
       received = o.received;
       result = o.result;
       r2t = std::move(o.r2t);
+      owned = std::move(o.owned);
+      on_done = std::move(o.on_done);
+      deadline = o.deadline;
+      sending = o.sending;
       return *this;
     }
   };
@@ -88,7 +117,14 @@ class NvmeTcpDevice::Queue {
   // for the receiver to stop touching caller buffers first.
   void fail_locked(std::unique_lock<std::mutex>& lk, const Status& why);
 
+  // Takes a free command id for `cmd` (caller holds mu_); false if none.
+  bool take_slot_locked(Command& cmd, uint16_t* cid);
+  // The command capsule (and in-capsule data) of `cmd` under `cid`.
+  Status send_capsule(const Command& cmd, uint16_t cid);
   Status send_h2c(const Command& cmd, uint16_t cid, const R2t& r);
+  // A submit()ted command past its deadline (the receiver then fails the
+  // connection, as exec() does for its own).
+  bool async_overdue();
 
   // The slot a PDU names, if a command is outstanding under that id.
   Slot* slot_for(uint16_t cid);
@@ -118,6 +154,7 @@ class NvmeTcpDevice::Queue {
   Status failed_;
   bool receiver_stopped_ = false;
   std::thread receiver_;
+  Clock::time_point next_overdue_check_{};  // receiver thread only
 };
 
 }  // namespace kvtier::nvmf
