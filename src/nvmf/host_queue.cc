@@ -24,11 +24,21 @@ Result<std::shared_ptr<NvmeTcpDevice::Queue>> NvmeTcpDevice::Queue::open(
   if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 && errno != EINPROGRESS) {
     return Status::unavailable(std::string("nvmf host: connect: ") + strerror(errno));
   }
+  // Wait for the connection, bounded by io_timeout. A thread that uses
+  // io_uring (a store, blockd) gets task-work notifications that interrupt
+  // poll with EINTR: wait again for what is left.
   pollfd p{fd, POLLOUT, 0};
+  const auto connect_deadline = Clock::now() + o.io_timeout;
+  int ready = 0;
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(connect_deadline - Clock::now());
+    ready = ::poll(&p, 1, int(std::max<int64_t>(left.count(), 0)));
+    if (ready >= 0 || errno != EINTR) break;
+  }
   int err = 0;
   socklen_t len = sizeof err;
-  if (::poll(&p, 1, int(o.io_timeout.count())) != 1 ||
-      getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
+  if (ready != 1 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
     return Status::unavailable("nvmf host: cannot connect to " + o.address + ":" +
                                std::to_string(o.port) +
                                (err ? ": " + std::string(strerror(err)) : ""));

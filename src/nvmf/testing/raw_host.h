@@ -121,6 +121,9 @@ class RawHost {
   bool recv_exact(uint8_t* p, size_t n) {
     while (n) {
       const ssize_t r = ::recv(fd_, p, n, 0);
+      // A thread that has used io_uring gets task-work notifications that
+      // interrupt a recv with a finite SO_RCVTIMEO (EINTR): not an end.
+      if (r < 0 && errno == EINTR) continue;
       if (r <= 0) return false;
       p += r;
       n -= size_t(r);
