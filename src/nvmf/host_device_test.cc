@@ -16,6 +16,7 @@
 #include "blk/stack/faulty_device.h"
 #include "common/testing/eventually.h"
 #include "nvmf/target.h"
+#include "nvmf/testing/one_namespace.h"
 
 namespace kvtier::nvmf {
 namespace {
@@ -26,22 +27,13 @@ constexpr const char* kNqn = "nqn.2024-01.io.kvtier:host-test";
 constexpr const char* kHost = "nqn.2024-01.io.kvtier:host-test-host";
 
 TargetConfig target_config(std::shared_ptr<blk::BlockDevice> dev, uint16_t port) {
-  TargetConfig c;
-  c.port = port;
-  SubsystemConfig s;
-  s.nqn = kNqn;
-  s.allowed_hosts = {kHost};
-  s.namespaces.push_back(std::move(dev));
-  c.subsystems.push_back(s);
+  TargetConfig c = testing::one_namespace_target(std::move(dev), kNqn, kHost, port);
   c.maxh2cdata = 64 << 10;
   return c;
 }
 
 HostOptions host_options(uint16_t port) {
-  HostOptions o;
-  o.port = port;
-  o.subnqn = kNqn;
-  o.hostnqn = kHost;
+  HostOptions o = testing::host_options_for(port, kNqn, kHost);
   o.io_queues = 2;
   o.kato = 2000ms;
   o.io_timeout = 3000ms;

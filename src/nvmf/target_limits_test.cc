@@ -21,6 +21,7 @@
 #include "common/testing/temp_dir.h"
 #include "nvmf/host_device.h"
 #include "nvmf/target.h"
+#include "nvmf/testing/one_namespace.h"
 #include "nvmf/testing/raw_host.h"
 
 namespace kvtier::nvmf {
@@ -34,22 +35,13 @@ constexpr const char* kNqn = testing::kRawNqn;
 constexpr const char* kHost = testing::kRawHostNqn;
 
 TargetConfig base_config(std::shared_ptr<blk::BlockDevice> dev) {
-  TargetConfig c;
-  c.port = 0;
-  SubsystemConfig s;
-  s.nqn = kNqn;
-  s.allowed_hosts = {kHost};
-  s.namespaces.push_back(std::move(dev));
-  c.subsystems.push_back(s);
+  TargetConfig c = testing::one_namespace_target(std::move(dev), kNqn, kHost);
   c.maxh2cdata = 16 << 10;
   return c;
 }
 
 HostOptions host_options(uint16_t port) {
-  HostOptions o;
-  o.port = port;
-  o.subnqn = kNqn;
-  o.hostnqn = kHost;
+  HostOptions o = testing::host_options_for(port, kNqn, kHost);
   o.io_queues = 1;
   o.reconnect_delay = 0ms;  // a test of one connection: fail at the first loss
   return o;
