@@ -156,52 +156,37 @@ bool NvmeTcpDevice::connected() const {
   return up_;
 }
 
-Status NvmeTcpDevice::establish() {
-  for (auto& q : io_) q->shutdown();
-  if (admin_) admin_->shutdown();
-  io_.clear();
-  admin_.reset();
-  auto admin = Queue::open(opt_);
-  if (!admin.ok()) return admin.status();
-  // Connect (admin): 1024 bytes of Connect data in the capsule.
-  std::vector<uint8_t> cd(1024, 0);
-  put16(&cd[16], 0xFFFF);
-  // HOSTID: derived from the host NQN, so it is stable and never all zeros.
-  for (int i = 0; i < 4; ++i) {
-    const std::string salt = opt_.hostnqn + char('0' + i);
-    put32(&cd[4 * i], crc32c(salt.data(), salt.size()) | 1);
-  }
-  std::memcpy(&cd[256], opt_.subnqn.data(), std::min<size_t>(255, opt_.subnqn.size()));
-  std::memcpy(&cd[512], opt_.hostnqn.data(), std::min<size_t>(255, opt_.hostnqn.size()));
-  auto connect_cmd = [&](uint16_t qid, uint16_t sqsize, uint32_t kato) {
-    Command c;
-    c.sqe = make_sqe(0x7F, 0, 1024, 0x01);
-    c.sqe[4] = 0x01;
-    put16(&c.sqe[42], qid);
-    put16(&c.sqe[44], sqsize);
-    put32(&c.sqe[48], kato);
-    c.out = as_bytes_view(cd.data(), cd.size());
-    c.in_capsule = true;
-    return c;
-  };
-  Command c = connect_cmd(0, 31, uint32_t(opt_.kato.count()));
-  KVTIER_RETURN_IF_ERROR((*admin)->exec(c));
-  KVTIER_RETURN_IF_ERROR(nvme_status(c.status, "admin Connect"));
-  cntlid_ = uint16_t(c.dw0);
-  put16(&cd[16], cntlid_);
+Status NvmeTcpDevice::connect_queue(Queue& q, uint16_t qid, uint16_t sqsize, uint32_t kato_ms,
+                                    uint16_t cntlid, uint32_t* dw0) {
+  const std::vector<uint8_t> cd = connect_data(opt_.hostnqn, opt_.subnqn, cntlid);
+  Command c;
+  c.sqe = make_sqe(0x7F, 0, 1024, 0x01);
+  c.sqe[4] = 0x01;
+  put16(&c.sqe[42], qid);
+  put16(&c.sqe[44], sqsize);
+  put32(&c.sqe[48], kato_ms);
+  c.out = as_bytes_view(cd.data(), cd.size());
+  c.in_capsule = true;
+  KVTIER_RETURN_IF_ERROR(q.exec(c));
+  KVTIER_RETURN_IF_ERROR(nvme_status(c.status, qid ? "I/O queue Connect" : "admin Connect"));
+  if (dw0) *dw0 = c.dw0;
+  return Status::ok_status();
+}
+
+Status NvmeTcpDevice::enable_and_identify(Queue& admin, uint32_t* io_queues_granted) {
   Command en;  // Property Set CC: EN, 4 KiB pages, IOSQES 6, IOCQES 4
   en.sqe = make_sqe(0x7F, 0, 0);
   en.sqe[4] = 0x00;
   put32(&en.sqe[44], 0x14);
   put64(&en.sqe[48], 0x460001);
-  KVTIER_RETURN_IF_ERROR((*admin)->exec(en));
+  KVTIER_RETURN_IF_ERROR(admin.exec(en));
   KVTIER_RETURN_IF_ERROR(nvme_status(en.status, "Property Set CC"));
   std::vector<uint8_t> id(4096);
   Command ic;
   ic.sqe = make_sqe(0x06, 0, 4096);
   put32(&ic.sqe[40], 0x01);
   ic.in = as_mutable_view(id.data(), id.size());
-  KVTIER_RETURN_IF_ERROR((*admin)->exec(ic));
+  KVTIER_RETURN_IF_ERROR(admin.exec(ic));
   KVTIER_RETURN_IF_ERROR(nvme_status(ic.status, "Identify controller"));
   const uint8_t mdts = id[77];
   max_transfer_ =
@@ -215,13 +200,13 @@ Status NvmeTcpDevice::establish() {
   nq.sqe = make_sqe(0x09, 0, 0);
   put32(&nq.sqe[40], 0x07);
   put32(&nq.sqe[44], (opt_.io_queues - 1) << 16 | (opt_.io_queues - 1));
-  KVTIER_RETURN_IF_ERROR((*admin)->exec(nq));
+  KVTIER_RETURN_IF_ERROR(admin.exec(nq));
   KVTIER_RETURN_IF_ERROR(nvme_status(nq.status, "Set Features number of queues"));
-  const uint32_t granted = std::min<uint32_t>(opt_.io_queues, (nq.dw0 & 0xFFFF) + 1);
+  *io_queues_granted = std::min<uint32_t>(opt_.io_queues, (nq.dw0 & 0xFFFF) + 1);
   Command ns;
   ns.sqe = make_sqe(0x06, opt_.nsid, 4096);
   ns.in = as_mutable_view(id.data(), id.size());
-  KVTIER_RETURN_IF_ERROR((*admin)->exec(ns));
+  KVTIER_RETURN_IF_ERROR(admin.exec(ns));
   KVTIER_RETURN_IF_ERROR(nvme_status(ns.status, "Identify namespace"));
   const uint64_t nsze = get64(id.data());
   const uint8_t lbads = id[128 + 4 * (id[26] & 0xF) + 2];
@@ -234,13 +219,27 @@ Status NvmeTcpDevice::establish() {
   }
   block_size_ = bs;
   capacity_ = nsze * bs;
+  return Status::ok_status();
+}
+
+Status NvmeTcpDevice::establish() {
+  for (auto& q : io_) q->shutdown();
+  if (admin_) admin_->shutdown();
+  io_.clear();
+  admin_.reset();
+  auto admin = Queue::open(opt_);
+  if (!admin.ok()) return admin.status();
+  uint32_t dw0 = 0;  // the admin Connect asks for any controller (FFFFh)
+  KVTIER_RETURN_IF_ERROR(connect_queue(**admin, 0, 31, uint32_t(opt_.kato.count()), 0xFFFF, &dw0));
+  cntlid_ = uint16_t(dw0);
+  uint32_t granted = 0;
+  KVTIER_RETURN_IF_ERROR(enable_and_identify(**admin, &granted));
   std::vector<std::shared_ptr<Queue>> io;
   for (uint32_t i = 1; i <= granted; ++i) {
     auto q = Queue::open(opt_, &peak_in_flight_);
     if (!q.ok()) return q.status();
-    Command qc = connect_cmd(uint16_t(i), uint16_t(opt_.queue_size - 1), 0);
-    KVTIER_RETURN_IF_ERROR((*q)->exec(qc));
-    KVTIER_RETURN_IF_ERROR(nvme_status(qc.status, "I/O queue Connect"));
+    KVTIER_RETURN_IF_ERROR(
+        connect_queue(**q, uint16_t(i), uint16_t(opt_.queue_size - 1), 0, cntlid_));
     io.push_back(std::move(q.value()));
   }
   admin_ = std::move(admin.value());

@@ -105,6 +105,12 @@ class NvmeTcpDevice : public blk::BlockDevice {
   struct Command;
   explicit NvmeTcpDevice(HostOptions o);
   Status establish();  // connects every queue; caller holds state_mu_
+  // The steps of establish(): one queue's Connect to controller `cntlid`
+  // (FFFFh: any; `dw0` gets the answer), and the admin queue's enable,
+  // Identify and Set Features (sizes, limits, queues granted).
+  Status connect_queue(Queue& q, uint16_t qid, uint16_t sqsize, uint32_t kato_ms, uint16_t cntlid,
+                       uint32_t* dw0 = nullptr);
+  Status enable_and_identify(Queue& admin, uint32_t* io_queues_granted);
   Status run(Command& cmd);
   // Sends a read without a waiting thread (see the top of this file);
   // false when it cannot, and the caller takes the blocking path.

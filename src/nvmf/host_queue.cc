@@ -263,6 +263,35 @@ void NvmeTcpDevice::Queue::receive_loop() {
   slot_cv_.notify_all();
 }
 
+Status NvmeTcpDevice::Queue::receive_c2h_data(const PduLayout& layout, ByteView header) {
+  auto d = decode_data_header(header);
+  if (!d.ok()) return d.status();
+  Slot* s = slot_for(d->cccid);
+  if (!s) return Status::corruption("nvmf host: C2HData for no outstanding command");
+  Command& cmd = *s->cmd;
+  if (d->length != layout.data_len || d->offset != s->received ||
+      uint64_t(d->offset) + d->length > cmd.in.size()) {
+    return Status::corruption("nvmf host: C2HData out of range");
+  }
+  // Straight into the caller's buffer: no copy on the host side.
+  KVTIER_RETURN_IF_ERROR(stream_.read_exact(cmd.in.data() + d->offset, d->length));
+  if (layout.has_ddgst) {
+    uint8_t got[4];
+    KVTIER_RETURN_IF_ERROR(stream_.read_exact(got, 4));
+    if (get32(got) != digest(ByteView(cmd.in.data() + d->offset, d->length))) {
+      cmd.status = 0x004;  // data transfer error; the connection survives
+    }
+  }
+  s->received += d->length;
+  if (layout.ch.flags & kFlagDataSuccess) {
+    if (!(layout.ch.flags & kFlagDataLast) || s->received != cmd.in.size()) {
+      return Status::corruption("nvmf host: SUCCESS on a partial read");
+    }
+    complete(*s, Status::ok_status());
+  }
+  return Status::ok_status();
+}
+
 Status NvmeTcpDevice::Queue::receive_all() {
   uint8_t hdr[kShortHlen + kDigestSize];
   for (;;) {
@@ -306,34 +335,9 @@ Status NvmeTcpDevice::Queue::receive_all() {
         complete(*s, Status::ok_status());
         break;
       }
-      case PduType::kC2HData: {
-        auto d = decode_data_header(hv);
-        if (!d.ok()) return d.status();
-        Slot* s = slot_for(d->cccid);
-        if (!s) return Status::corruption("nvmf host: C2HData for no outstanding command");
-        Command& cmd = *s->cmd;
-        if (d->length != l->data_len || d->offset != s->received ||
-            uint64_t(d->offset) + d->length > cmd.in.size()) {
-          return Status::corruption("nvmf host: C2HData out of range");
-        }
-        // Straight into the caller's buffer: no copy on the host side.
-        KVTIER_RETURN_IF_ERROR(stream_.read_exact(cmd.in.data() + d->offset, d->length));
-        if (l->has_ddgst) {
-          uint8_t got[4];
-          KVTIER_RETURN_IF_ERROR(stream_.read_exact(got, 4));
-          if (get32(got) != digest(ByteView(cmd.in.data() + d->offset, d->length))) {
-            cmd.status = 0x004;  // data transfer error; the connection survives
-          }
-        }
-        s->received += d->length;
-        if (l->ch.flags & kFlagDataSuccess) {
-          if (!(l->ch.flags & kFlagDataLast) || s->received != cmd.in.size()) {
-            return Status::corruption("nvmf host: SUCCESS on a partial read");
-          }
-          complete(*s, Status::ok_status());
-        }
+      case PduType::kC2HData:
+        KVTIER_RETURN_IF_ERROR(receive_c2h_data(*l, hv));
         break;
-      }
       case PduType::kR2T: {
         auto d = decode_data_header(hv);
         if (!d.ok()) return d.status();

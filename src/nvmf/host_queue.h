@@ -135,6 +135,9 @@ class NvmeTcpDevice::Queue {
 
   // Reads PDUs until the connection fails or closes; returns why.
   Status receive_all();
+  // The rest of one C2HData PDU whose header is read: its data straight
+  // into the command's buffer, then the digest and SUCCESS checks.
+  Status receive_c2h_data(const PduLayout& layout, ByteView header);
 
   Status handshake();
 
