@@ -398,9 +398,7 @@ Result<std::vector<PutResult>> Store::batch_put(uint16_t ns, std::span<const Key
 Result<MatchResult> Store::match_prefix(uint16_t ns, std::span<const Key128> keys) {
   KVTIER_RETURN_IF_ERROR(check_open());
   KVTIER_RETURN_IF_ERROR(check_ns(ns));
-  if (promoting_count_.load(std::memory_order_acquire) != 0) {
-    for (const Key128& key : keys) await_promotion(key);
-  }
+  await_promotions(keys);
   const uint64_t t0 = now_ns();
   thread_local std::vector<IndexRecord> recs;
   if (recs.size() < keys.size()) recs.resize(keys.size());
@@ -447,7 +445,7 @@ Result<bool> Store::remove(uint16_t ns, const Key128& key) {
 Result<size_t> Store::pin(uint16_t ns, std::span<const Key128> keys, uint64_t ttl_ms) {
   KVTIER_RETURN_IF_ERROR(check_open());
   KVTIER_RETURN_IF_ERROR(check_ns(ns));
-  if (!keys.empty()) await_promotions(keys);
+  await_promotions(keys);
   constexpr uint64_t kMaxTtlMs = 365ull * 24 * 3600 * 1000;  // a year: no overflow below
   if (ttl_ms > kMaxTtlMs) return Status::invalid_argument("pin TTL longer than a year");
   const uint64_t until = now_ns() + ttl_ms * 1000000ull;
@@ -465,7 +463,7 @@ Result<size_t> Store::pin(uint16_t ns, std::span<const Key128> keys, uint64_t tt
 
 Result<size_t> Store::unpin(uint16_t ns, std::span<const Key128> keys) {
   KVTIER_RETURN_IF_ERROR(check_ns(ns));
-  if (!keys.empty()) await_promotions(keys);
+  await_promotions(keys);
   size_t n = 0;
   for (const Key128& key : keys) {
     auto rec = index_->find(key);
@@ -480,7 +478,7 @@ Result<size_t> Store::unpin(uint16_t ns, std::span<const Key128> keys) {
 
 Status Store::flush() {
   if (!disk_) return Status::ok_status();
-  await_promotions({});
+  await_all_promotions();
   // Write down every block that lives only in RAM; it stays in RAM too.
   std::vector<IndexRecord> ram_only;
   index_->for_each([&](const IndexRecord& r) {
@@ -513,7 +511,7 @@ Status Store::close() {
 }
 
 StoreStats Store::local_stats() const {
-  await_promotions({});  // the counters include the promotions of reads so far
+  await_all_promotions();  // the counters include the promotions of reads so far
   StoreStats s;
   s.puts = m_->puts.value();
   s.dedups = m_->dedups.value();

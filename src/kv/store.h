@@ -188,9 +188,10 @@ class Store final : public KvStore {
   // full (the hit is then not promoted).
   bool queue_promotion(uint16_t ns, const Key128& key, ByteView data, uint32_t crc,
                        std::shared_ptr<const void> holder);
-  // Waits until no queued promotion is for one of `keys` (all of them: an
-  // empty span waits for every queued promotion).
+  // Waits until no queued promotion is for one of `keys`.
   void await_promotions(std::span<const Key128> keys) const;
+  // Waits until every queued promotion is done.
+  void await_all_promotions() const;
   void await_promotion(const Key128& key) const { await_promotions({&key, 1}); }
   void stop_promoter();
   // Classifies a failed disk read and drops a record that is really bad.

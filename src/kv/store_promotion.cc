@@ -85,11 +85,16 @@ bool Store::queue_promotion(uint16_t ns, const Key128& key, ByteView data, uint3
   return true;
 }
 
-void Store::await_promotions(std::span<const Key128> keys) const {
+void Store::await_all_promotions() const {
   if (promoting_count_.load(std::memory_order_acquire) == 0) return;
   MutexLock lock(promo_mu_);
+  lock.wait(promo_cv_, [&]() KVTIER_REQUIRES(promo_mu_) { return promoting_.empty(); });
+}
+
+void Store::await_promotions(std::span<const Key128> keys) const {
+  if (keys.empty() || promoting_count_.load(std::memory_order_acquire) == 0) return;
+  MutexLock lock(promo_mu_);
   lock.wait(promo_cv_, [&]() KVTIER_REQUIRES(promo_mu_) {
-    if (keys.empty()) return promoting_.empty();
     for (const Key128& k : keys) {
       if (std::find(promoting_.begin(), promoting_.end(), k) != promoting_.end()) return false;
     }

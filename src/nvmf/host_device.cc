@@ -367,11 +367,7 @@ bool NvmeTcpDevice::try_read_async(uint64_t offset, MutableByteView dst,
     gen = generation_;
   }
   auto cmd = std::make_unique<Command>();
-  const auto n = uint32_t(dst.size());
-  cmd->sqe = make_sqe(0x02, opt_.nsid, n);
-  put64(&cmd->sqe[40], offset / block_size_);
-  put32(&cmd->sqe[48], n / block_size_ - 1);
-  cmd->in = dst;
+  fill_read(*cmd, offset, dst);
   {
     std::lock_guard lk(async_mu_);
     ++async_in_flight_;
@@ -389,16 +385,27 @@ bool NvmeTcpDevice::try_read_async(uint64_t offset, MutableByteView dst,
         finish(read_blocking(offset, dst), counts_read(dst.size()), cb);
       });
     }
-    std::lock_guard lk(async_mu_);
-    if (--async_in_flight_ == 0) async_cv_.notify_all();
+    end_async_read();
   };
   if (q->submit(cmd, std::move(done))) {
     async_reads_.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
+  end_async_read();
+  return false;
+}
+
+void NvmeTcpDevice::end_async_read() {
   std::lock_guard lk(async_mu_);
   if (--async_in_flight_ == 0) async_cv_.notify_all();
-  return false;
+}
+
+void NvmeTcpDevice::fill_read(Command& c, uint64_t offset, MutableByteView dst) const {
+  const auto n = uint32_t(dst.size());
+  c.sqe = make_sqe(0x02, opt_.nsid, n);
+  put64(&c.sqe[40], offset / block_size_);
+  put32(&c.sqe[48], n / block_size_ - 1);
+  c.in = dst;
 }
 
 void NvmeTcpDevice::write(uint64_t offset, ByteView src, blk::IoCallback cb) {
@@ -418,13 +425,7 @@ void NvmeTcpDevice::write(uint64_t offset, ByteView src, blk::IoCallback cb) {
 Status NvmeTcpDevice::read_sync(uint64_t offset, MutableByteView dst) {
   Status st = check_io(offset, dst.size(), dst.data());
   if (st.ok()) st = read_blocking(offset, dst);
-  finish(
-      st,
-      [n = dst.size()](blk::DeviceStats& s) {
-        s.reads++;
-        s.bytes_read += n;
-      },
-      [](Status) {});
+  finish(st, counts_read(dst.size()), [](Status) {});
   return st;
 }
 
@@ -475,10 +476,7 @@ Status NvmeTcpDevice::read_blocking(uint64_t offset, MutableByteView dst) {
   for (uint64_t done = 0; st.ok() && done < dst.size();) {
     const uint32_t n = uint32_t(std::min<uint64_t>(dst.size() - done, max_transfer_));
     Command c;
-    c.sqe = make_sqe(0x02, opt_.nsid, n);
-    put64(&c.sqe[40], (offset + done) / block_size_);
-    put32(&c.sqe[48], n / block_size_ - 1);
-    c.in = dst.subspan(done, n);
+    fill_read(c, offset + done, dst.subspan(done, n));
     st = run(c);
     done += n;
   }

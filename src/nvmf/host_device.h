@@ -115,6 +115,9 @@ class NvmeTcpDevice : public blk::BlockDevice {
   // Sends a read without a waiting thread (see the top of this file);
   // false when it cannot, and the caller takes the blocking path.
   bool try_read_async(uint64_t offset, MutableByteView dst, const blk::IoCallback& cb);
+  void end_async_read();  // one read sent by try_read_async is done
+  // A Read command of `dst` (at most max_transfer_) at byte `offset`.
+  void fill_read(Command& c, uint64_t offset, MutableByteView dst) const;
   // The blocking bodies of read/write/flush/trim, run by a submitter.
   Status read_blocking(uint64_t offset, MutableByteView dst);
   Status write_blocking(uint64_t offset, ByteView src);
