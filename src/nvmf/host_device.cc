@@ -319,7 +319,11 @@ void NvmeTcpDevice::keepalive_loop() {
     uint64_t gen;
     {
       std::unique_lock lk(state_mu_);
-      state_cv_.wait_for(lk, up_ ? period : std::chrono::milliseconds(100));
+      // With the predicate: stopping_ may have been set after the loop's
+      // check and before this lock was taken; a bare wait would miss it and
+      // hold the destructor for kato/2.
+      state_cv_.wait_for(lk, up_ ? period : std::chrono::milliseconds(100),
+                         [&] { return stopping_.load(); });
       if (stopping_) return;
       if (!up_ && !dead_) {
         // Reconnect in the background too, so the device comes back without I/O.
