@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <fstream>
 #include <mutex>
+#include <optional>
 
 #include "blk/dev/uring_device.h"
+#include "common/enum_name.h"
 #include "common/log.h"
 #include "kv/store.h"
 #include "kvtier/kv_store.h"
@@ -46,19 +48,8 @@ Result<std::string> percent_decode(std::string_view s) {
 }
 
 const char* scheme_name(Scheme s) {
-  switch (s) {
-    case Scheme::kMem:
-      return "mem";
-    case Scheme::kFile:
-      return "file";
-    case Scheme::kKvtier:
-      return "kvtier";
-    case Scheme::kEtcd:
-      return "etcd";
-    case Scheme::kCluster:
-      return "cluster";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"mem", "file", "kvtier", "etcd", "cluster"};
+  return enum_name<Scheme::kCluster>(s, kNames, "?");
 }
 
 // "host:port" or "[v6]:port" with a port in 1..65535.
@@ -343,45 +334,13 @@ const std::vector<std::string>& store_uri_options(Scheme scheme) {
   return mem;
 }
 
-Result<StoreUri> parse_store_uri(std::string_view uri) {
-  StoreUri out;
-  const size_t sep = uri.find("://");
-  if (sep == std::string_view::npos) {
-    return Status::invalid_argument(fmt::format(
-        "'{}' is not a store URI (mem://, file:///path, kvtier://host:port, etcd://host:port, "
-        "cluster://host:port,...)",
-        uri));
-  }
-  const std::string_view scheme = uri.substr(0, sep);
-  if (scheme == "mem") {
-    out.scheme = Scheme::kMem;
-  } else if (scheme == "file") {
-    out.scheme = Scheme::kFile;
-  } else if (scheme == "kvtier") {
-    out.scheme = Scheme::kKvtier;
-  } else if (scheme == "etcd") {
-    out.scheme = Scheme::kEtcd;
-  } else if (scheme == "cluster") {
-    out.scheme = Scheme::kCluster;
-  } else {
-    return Status::invalid_argument(fmt::format(
-        "unknown store URI scheme '{}' (use mem, file, kvtier, etcd or cluster)", scheme));
-  }
-  std::string_view rest = uri.substr(sep + 3);
-  std::string_view query;
-  if (size_t q = rest.find('?'); q != std::string_view::npos) {
-    query = rest.substr(q + 1);
-    rest = rest.substr(0, q);
-  }
-  const size_t slash = rest.find('/');
-  const std::string_view authority = rest.substr(0, slash);
-  auto path =
-      percent_decode(slash == std::string_view::npos ? std::string_view() : rest.substr(slash));
-  if (!path.ok()) return path.status();
+namespace {
 
+// The scheme's checks of the authority and path, and where they go in `out`.
+Status set_location(std::string_view authority, const std::string& path, StoreUri& out) {
   switch (out.scheme) {
     case Scheme::kMem:
-      if (!authority.empty() || !path->empty()) {
+      if (!authority.empty() || !path.empty()) {
         return Status::invalid_argument(
             "mem:// takes no host or path, only options (mem://?ram=64MiB)");
       }
@@ -391,10 +350,10 @@ Result<StoreUri> parse_store_uri(std::string_view uri) {
         return Status::invalid_argument(
             fmt::format("file:// names a local volume (file:///path), not host '{}'", authority));
       }
-      if (path->size() < 2) {
+      if (path.size() < 2) {
         return Status::invalid_argument("file:// needs an absolute path (file:///path/to/volume)");
       }
-      out.path = *path;
+      out.path = path;
       break;
     case Scheme::kKvtier:
     case Scheme::kEtcd:
@@ -416,17 +375,59 @@ Result<StoreUri> parse_store_uri(std::string_view uri) {
             "{}:// takes one host:port (cluster:// takes a list)", scheme_name(out.scheme)));
       }
       if (out.scheme == Scheme::kEtcd) {
-        std::string prefix = *path;
+        std::string prefix = path;
         while (!prefix.empty() && prefix.front() == '/') prefix.erase(prefix.begin());
         while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
         out.path = prefix;
-      } else if (!path->empty() && *path != "/") {
+      } else if (!path.empty() && path != "/") {
         return Status::invalid_argument(
             fmt::format("{}:// takes no path", scheme_name(out.scheme)));
       }
       break;
     }
   }
+  return Status::ok_status();
+}
+
+// The scheme named `name`, if it is one.
+std::optional<Scheme> scheme_of(std::string_view name) {
+  for (Scheme s : {Scheme::kMem, Scheme::kFile, Scheme::kKvtier, Scheme::kEtcd, Scheme::kCluster}) {
+    if (name == scheme_name(s)) return s;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Result<StoreUri> parse_store_uri(std::string_view uri) {
+  StoreUri out;
+  const size_t sep = uri.find("://");
+  if (sep == std::string_view::npos) {
+    return Status::invalid_argument(fmt::format(
+        "'{}' is not a store URI (mem://, file:///path, kvtier://host:port, etcd://host:port, "
+        "cluster://host:port,...)",
+        uri));
+  }
+  const std::string_view scheme = uri.substr(0, sep);
+  auto known = scheme_of(scheme);
+  if (!known) {
+    return Status::invalid_argument(fmt::format(
+        "unknown store URI scheme '{}' (use mem, file, kvtier, etcd or cluster)", scheme));
+  }
+  out.scheme = *known;
+  std::string_view rest = uri.substr(sep + 3);
+  std::string_view query;
+  if (size_t q = rest.find('?'); q != std::string_view::npos) {
+    query = rest.substr(q + 1);
+    rest = rest.substr(0, q);
+  }
+  const size_t slash = rest.find('/');
+  const std::string_view authority = rest.substr(0, slash);
+  auto path =
+      percent_decode(slash == std::string_view::npos ? std::string_view() : rest.substr(slash));
+  if (!path.ok()) return path.status();
+
+  KVTIER_RETURN_IF_ERROR(set_location(authority, *path, out));
   KVTIER_RETURN_IF_ERROR(parse_query(query, out.scheme, &out));
   return out;
 }

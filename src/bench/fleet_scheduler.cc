@@ -4,27 +4,21 @@
 // by the runner's thread (not thread safe).
 #include <algorithm>
 
-#include "bench/session_scheduler.h"
+#include "bench/scheduler_base.h"
 
 namespace kvtier::bench {
 namespace {
 
-class FleetScheduler final : public SessionScheduler {
+class FleetScheduler final : public SchedulerBase {
  public:
-  FleetScheduler(const Workload& w, const FleetOptions& o) : w_(w), o_(o) {
-    total_ = w.request_count();
-  }
+  FleetScheduler(const Workload& w, const FleetOptions& o) : SchedulerBase(w), o_(o) {}
 
   std::vector<Issue> start(double now_s) override {
-    std::vector<Issue> out;
     const uint32_t width = std::max<uint32_t>(o_.concurrent_sessions, 1);
-    for (uint32_t i = 0; i < width; ++i) {
-      const Session* s = next_session();
-      if (!s) break;
-      const double offset = o_.steady_state ? i * o_.stagger_s / width : 0.0;
-      issue(out, s->turns[0], now_s + offset);
-      ++running_;
-    }
+    auto out = start_sessions(width, now_s, [&](size_t i) {
+      return o_.steady_state ? static_cast<double>(i) * o_.stagger_s / width : 0.0;
+    });
+    running_ += static_cast<uint32_t>(out.size());
     return out;
   }
 
@@ -48,23 +42,9 @@ class FleetScheduler final : public SessionScheduler {
     return out;
   }
 
-  bool exhausted() const override { return issued_ == total_; }
-
  private:
-  const Session* next_session() {
-    while (next_ < w_.sessions.size() && w_.sessions[next_].turns.empty()) ++next_;
-    return next_ < w_.sessions.size() ? &w_.sessions[next_++] : nullptr;
-  }
-  void issue(std::vector<Issue>& out, const TraceRequest& r, double at_s) {
-    out.push_back({at_s, &r});
-    ++issued_;
-  }
-
-  const Workload& w_;
   const FleetOptions o_;
-  size_t next_ = 0;
   uint32_t running_ = 0;  // sessions started and not finished
-  uint64_t issued_ = 0, total_ = 0;
 };
 
 }  // namespace

@@ -5,26 +5,18 @@
 #include <set>
 #include <utility>
 
-#include "bench/session_scheduler.h"
+#include "bench/scheduler_base.h"
 
 namespace kvtier::bench {
 namespace {
 
-class LongReuseScheduler final : public SessionScheduler {
+class LongReuseScheduler final : public SchedulerBase {
  public:
-  LongReuseScheduler(const Workload& w, const LongReuseOptions& o) : w_(w), o_(o) {
-    total_ = w.request_count();
-  }
+  LongReuseScheduler(const Workload& w, const LongReuseOptions& o) : SchedulerBase(w), o_(o) {}
 
   std::vector<Issue> start(double now_s) override {
-    std::vector<Issue> out;
     const size_t population = o_.active_sessions == 0 ? w_.sessions.size() : o_.active_sessions;
-    for (size_t i = 0; i < population; ++i) {
-      const Session* s = next_session();
-      if (!s) break;
-      issue(out, s->turns[0], now_s);
-    }
-    return out;
+    return start_sessions(population, now_s, [](size_t) { return 0.0; });
   }
 
   std::vector<Issue> on_complete(const TraceRequest& done, double now_s) override {
@@ -41,13 +33,11 @@ class LongReuseScheduler final : public SessionScheduler {
     // End-of-run relaxation: never let the service run below its in-flight
     // target (or idle) while sessions only wait for others' completions.
     const uint64_t target = std::max<uint32_t>(o_.target_in_flight, 1);
-    while (!waiting_.empty() && issued_ - completed_ < target) {
+    while (!waiting_.empty() && issued() - completed_ < target) {
       release(out, now_s);
     }
     return out;
   }
-
-  bool exhausted() const override { return issued_ == total_; }
 
  private:
   struct ByEligibility {
@@ -58,25 +48,15 @@ class LongReuseScheduler final : public SessionScheduler {
     }
   };
 
-  const Session* next_session() {
-    while (next_ < w_.sessions.size() && w_.sessions[next_].turns.empty()) ++next_;
-    return next_ < w_.sessions.size() ? &w_.sessions[next_++] : nullptr;
-  }
-  void issue(std::vector<Issue>& out, const TraceRequest& r, double at_s) {
-    out.push_back({at_s, &r});
-    ++issued_;
-  }
   void release(std::vector<Issue>& out, double now_s) {
     issue(out, *waiting_.begin()->second, now_s);
     waiting_.erase(waiting_.begin());
   }
 
-  const Workload& w_;
   const LongReuseOptions o_;
   // Waiting next turns keyed by the completion count that makes them eligible.
   std::set<std::pair<uint64_t, const TraceRequest*>, ByEligibility> waiting_;
-  size_t next_ = 0;
-  uint64_t issued_ = 0, completed_ = 0, total_ = 0;
+  uint64_t completed_ = 0;
 };
 
 }  // namespace

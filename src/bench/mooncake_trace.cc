@@ -73,20 +73,9 @@ uint64_t extend_hash(uint64_t h, uint64_t id) {
   return h ^ (h >> 33);
 }
 
-}  // namespace
-
-Result<Workload> load_mooncake_trace(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return Status::not_found("cannot open Mooncake trace '" + path + "': " + std::strerror(errno));
-  }
-  Workload w;
-  w.name =
-      "mooncake:" +
-      path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
-  w.block_tokens = kMooncakeBlockTokens;
-  w.length_groups = study_length_groups();
-
+// Every usable record of the file, in file order; unusable lines are
+// counted in `w` by reason.
+std::vector<Record> read_records(std::istream& in, Workload& w) {
   std::vector<Record> records;
   std::string line;
   uint64_t line_no = 0;
@@ -103,6 +92,85 @@ Result<Workload> load_mooncake_trace(const std::string& path) {
     }
     records.push_back(std::move(r));
   }
+  return records;
+}
+
+// Session rule: a request continues the session whose last request's full
+// blocks (at least kMinSessionPrefixBlocks of them) are a prefix of its own
+// full blocks, taking the longest such prefix. A request whose parent
+// already has a continuation starts a new session (a fork), so every
+// session stays one chain of turns.
+class SessionBuilder {
+ public:
+  explicit SessionBuilder(Workload& w) : w_(w) {}
+
+  void add(Record& r, double t0_ms) {
+    prefix_hash_.resize(r.full_blocks.size() + 1);
+    prefix_hash_[0] = 0;
+    for (size_t i = 0; i < r.full_blocks.size(); ++i) {
+      prefix_hash_[i + 1] = extend_hash(prefix_hash_[i], r.full_blocks[i]);
+    }
+    int64_t session = take_parent(r);
+    TraceRequest req;
+    req.prompt_tokens = r.input_length;
+    req.output_tokens = r.output_length;
+    req.arrival_s = (r.timestamp_ms - t0_ms) / 1000.0;
+    req.block_ids = std::move(r.full_blocks);
+    if (session < 0) {
+      session = static_cast<int64_t>(w_.sessions.size());
+      w_.sessions.emplace_back();
+    } else {
+      req.gap_s = req.arrival_s - w_.sessions[session].turns.back().arrival_s;
+    }
+    if (req.block_ids.size() >= kMinSessionPrefixBlocks) {
+      tails_[prefix_hash_[req.block_ids.size()]].push_back(static_cast<uint32_t>(session));
+    }
+    w_.sessions[session].turns.push_back(std::move(req));
+  }
+
+ private:
+  // The session `r` continues (no longer open to another continuation), or
+  // -1 when it starts a new one.
+  int64_t take_parent(const Record& r) {
+    for (size_t k = r.full_blocks.size(); k >= kMinSessionPrefixBlocks; --k) {
+      auto found = tails_.find(prefix_hash_[k]);
+      if (found == tails_.end()) continue;
+      auto& candidates = found->second;
+      for (size_t c = candidates.size(); c-- > 0;) {
+        const auto& prev = w_.sessions[candidates[c]].turns.back();
+        if (prev.block_ids.size() == k && prev.prompt_tokens < r.input_length &&
+            std::equal(prev.block_ids.begin(), prev.block_ids.end(), r.full_blocks.begin())) {
+          const int64_t session = candidates[c];
+          candidates.erase(candidates.begin() + static_cast<std::ptrdiff_t>(c));
+          return session;
+        }
+      }
+    }
+    return -1;
+  }
+
+  Workload& w_;
+  // Sessions whose last request has a given prefix hash, oldest first;
+  // among equal candidates the most recent one wins.
+  std::unordered_map<uint64_t, std::vector<uint32_t>> tails_;
+  std::vector<uint64_t> prefix_hash_;  // of the request being added, by block count
+};
+
+}  // namespace
+
+Result<Workload> load_mooncake_trace(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return Status::not_found("cannot open Mooncake trace '" + path + "': " + std::strerror(errno));
+  }
+  Workload w;
+  w.name =
+      "mooncake:" +
+      path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
+  w.block_tokens = kMooncakeBlockTokens;
+  w.length_groups = study_length_groups();
+
+  std::vector<Record> records = read_records(in, w);
   if (in.bad()) return Status::io_error("error reading Mooncake trace '" + path + "'");
   if (records.empty()) {
     return Status::invalid_argument("Mooncake trace '" + path + "' has no usable record (" +
@@ -115,54 +183,8 @@ Result<Workload> load_mooncake_trace(const std::string& path) {
     return a.timestamp_ms < b.timestamp_ms;
   });
   const double t0 = records.front().timestamp_ms;
-
-  // Session rule: a request continues the session whose last request's full
-  // blocks (at least kMinSessionPrefixBlocks of them) are a prefix of its own
-  // full blocks, taking the longest such prefix. A request whose parent
-  // already has a continuation starts a new session (a fork), so every
-  // session stays one chain of turns. `tails` maps the prefix hash of each
-  // session's last request to that session.
-  // Sessions whose last request has a given prefix hash, oldest first;
-  // among equal candidates the most recent one wins.
-  std::unordered_map<uint64_t, std::vector<uint32_t>> tails;
-  std::vector<uint64_t> prefix_hash;
-  for (auto& r : records) {
-    prefix_hash.resize(r.full_blocks.size() + 1);
-    prefix_hash[0] = 0;
-    for (size_t i = 0; i < r.full_blocks.size(); ++i) {
-      prefix_hash[i + 1] = extend_hash(prefix_hash[i], r.full_blocks[i]);
-    }
-    int64_t session = -1;
-    for (size_t k = r.full_blocks.size(); k >= kMinSessionPrefixBlocks && session < 0; --k) {
-      auto found = tails.find(prefix_hash[k]);
-      if (found == tails.end()) continue;
-      auto& candidates = found->second;
-      for (size_t c = candidates.size(); c-- > 0;) {
-        const auto& prev = w.sessions[candidates[c]].turns.back();
-        if (prev.block_ids.size() == k && prev.prompt_tokens < r.input_length &&
-            std::equal(prev.block_ids.begin(), prev.block_ids.end(), r.full_blocks.begin())) {
-          session = candidates[c];
-          candidates.erase(candidates.begin() + static_cast<std::ptrdiff_t>(c));
-          break;
-        }
-      }
-    }
-    TraceRequest req;
-    req.prompt_tokens = r.input_length;
-    req.output_tokens = r.output_length;
-    req.arrival_s = (r.timestamp_ms - t0) / 1000.0;
-    req.block_ids = std::move(r.full_blocks);
-    if (session < 0) {
-      session = static_cast<int64_t>(w.sessions.size());
-      w.sessions.emplace_back();
-    } else {
-      req.gap_s = req.arrival_s - w.sessions[session].turns.back().arrival_s;
-    }
-    if (req.block_ids.size() >= kMinSessionPrefixBlocks) {
-      tails[prefix_hash[req.block_ids.size()]].push_back(static_cast<uint32_t>(session));
-    }
-    w.sessions[session].turns.push_back(std::move(req));
-  }
+  SessionBuilder sessions(w);
+  for (auto& r : records) sessions.add(r, t0);
   finalize_workload(w);
   return w;
 }

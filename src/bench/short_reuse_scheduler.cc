@@ -3,26 +3,22 @@
 // session_scheduler.h. Owned by the runner's thread (not thread safe).
 #include <algorithm>
 
-#include "bench/session_scheduler.h"
+#include "bench/scheduler_base.h"
 
 namespace kvtier::bench {
 namespace {
 
-class ShortReuseScheduler final : public SessionScheduler {
+class ShortReuseScheduler final : public SchedulerBase {
  public:
   ShortReuseScheduler(const Workload& w, const ShortReuseOptions& o)
-      : w_(w), o_(o), last_issue_s_(w.sessions.size(), 0.0) {
-    total_ = w.request_count();
-  }
+      : SchedulerBase(w), o_(o), last_issue_s_(w.sessions.size(), 0.0) {}
 
   std::vector<Issue> start(double now_s) override {
-    std::vector<Issue> out;
     const uint32_t group = std::max<uint32_t>(o_.active_sessions, 1);
-    for (uint32_t i = 0; i < group; ++i) {
-      const Session* s = next_session();
-      if (!s) break;
-      issue(out, s->turns[0], now_s + i * o_.first_group_stagger_s / group);
-    }
+    auto out = start_sessions(group, now_s, [&](size_t i) {
+      return static_cast<double>(i) * o_.first_group_stagger_s / group;
+    });
+    for (const Issue& is : out) last_issue_s_[is.request->session] = is.at_s;
     return out;
   }
 
@@ -38,25 +34,15 @@ class ShortReuseScheduler final : public SessionScheduler {
     return out;
   }
 
-  bool exhausted() const override { return issued_ == total_; }
-
  private:
-  // The next waiting session with at least one turn, or nullptr.
-  const Session* next_session() {
-    while (next_ < w_.sessions.size() && w_.sessions[next_].turns.empty()) ++next_;
-    return next_ < w_.sessions.size() ? &w_.sessions[next_++] : nullptr;
-  }
+  // Also remembers when each session's latest turn was issued.
   void issue(std::vector<Issue>& out, const TraceRequest& r, double at_s) {
     last_issue_s_[r.session] = at_s;
-    out.push_back({at_s, &r});
-    ++issued_;
+    SchedulerBase::issue(out, r, at_s);
   }
 
-  const Workload& w_;
   const ShortReuseOptions o_;
   std::vector<double> last_issue_s_;  // per session: issue time of its latest turn
-  size_t next_ = 0;
-  uint64_t issued_ = 0, total_ = 0;
 };
 
 }  // namespace

@@ -1,37 +1,24 @@
 #include "common/status.h"
 
+#include "common/enum_name.h"
+
 namespace kvtier {
 
 std::string_view status_code_name(StatusCode code) {
-  switch (code) {
-    case StatusCode::kOk:
-      return "OK";
-    case StatusCode::kInvalidArgument:
-      return "InvalidArgument";
-    case StatusCode::kNotFound:
-      return "NotFound";
-    case StatusCode::kAlreadyExists:
-      return "AlreadyExists";
-    case StatusCode::kOutOfSpace:
-      return "OutOfSpace";
-    case StatusCode::kRejected:
-      return "Rejected";
-    case StatusCode::kCorruption:
-      return "Corruption";
-    case StatusCode::kIoError:
-      return "IoError";
-    case StatusCode::kTimeout:
-      return "Timeout";
-    case StatusCode::kUnavailable:
-      return "Unavailable";
-    case StatusCode::kFailedPrecondition:
-      return "FailedPrecondition";
-    case StatusCode::kInternal:
-      return "Internal";
-    case StatusCode::kPermissionDenied:
-      return "PermissionDenied";
-  }
-  return "Unknown";
+  static constexpr const char* kNames[] = {"OK",
+                                           "InvalidArgument",
+                                           "NotFound",
+                                           "AlreadyExists",
+                                           "OutOfSpace",
+                                           "Rejected",
+                                           "Corruption",
+                                           "IoError",
+                                           "Timeout",
+                                           "Unavailable",
+                                           "FailedPrecondition",
+                                           "Internal",
+                                           "PermissionDenied"};
+  return enum_name<StatusCode::kPermissionDenied>(code, kNames, "Unknown");
 }
 
 std::string Status::to_string() const {

@@ -22,6 +22,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "blk/block_device.h"
@@ -137,6 +138,16 @@ class DiskTier {
   Status write_superblock();
   Status load_checkpoint() KVTIER_REQUIRES(mu_);
   Status scan_regions() KVTIER_REQUIRES(mu_);
+  // scan_regions' steps: the regions whose first header is of this volume,
+  // oldest generation first; one entry of a region's log into the index.
+  bool is_current_header(const disk::EntryHeader& h) const;
+  // The index record of a recovered entry; none (counted as dropped) when
+  // the namespace table is full.
+  std::optional<IndexRecord> recovered_record(const Key128& ns_digest, const Key128& key,
+                                              uint32_t page, uint32_t length);
+  std::vector<std::pair<uint64_t, uint32_t>> regions_by_generation() KVTIER_REQUIRES(mu_);
+  void replay_entry(uint32_t region, uint64_t offset, const disk::EntryHeader& h,
+                    const std::byte* entry, bool tombstone) KVTIER_REQUIRES(mu_);
   void rebuild_fifo() KVTIER_REQUIRES(mu_);
 
   uint32_t region_of_page(uint32_t page) const;

@@ -261,19 +261,12 @@ Status DiskTier::load_checkpoint() {
       c_->recovery_dropped.fetch_add(1, kRelaxed);
       continue;
     }
-    auto ns = namespaces_->intern(Key128{e.ns_hi, e.ns_lo}, false);
-    if (!ns.ok()) {  // namespace table full: this block cannot be indexed
-      c_->recovery_dropped.fetch_add(1, kRelaxed);
-      continue;
-    }
-    IndexRecord rec;
-    rec.key = Key128{e.key_hi, e.key_lo};
-    rec.disk_page = e.page;
-    rec.length = e.payload_bytes;
-    rec.ns = *ns;
-    rec.disk_hits = e.disk_hits;
-    if (index_->insert(rec) == Index::InsertResult::kInserted) {
-      regions_[r].keys.push_back(rec.key);
+    auto rec = recovered_record(Key128{e.ns_hi, e.ns_lo}, Key128{e.key_hi, e.key_lo}, e.page,
+                                e.payload_bytes);
+    if (!rec) continue;
+    rec->disk_hits = e.disk_hits;
+    if (index_->insert(*rec) == Index::InsertResult::kInserted) {
+      regions_[r].keys.push_back(rec->key);
       c_->recovered_entries.fetch_add(1, kRelaxed);
     } else {
       c_->recovery_dropped.fetch_add(1, kRelaxed);
@@ -283,23 +276,80 @@ Status DiskTier::load_checkpoint() {
   return Status::ok_status();
 }
 
-Status DiskTier::scan_regions() {
-  // Pass 1: each region's generation, from its first header, so that pass 2
-  // can replay the logs oldest first: a later copy of a key then replaces an
-  // earlier one, and a tombstone removes what came before it.
+std::optional<IndexRecord> DiskTier::recovered_record(const Key128& ns_digest, const Key128& key,
+                                                      uint32_t page, uint32_t length) {
+  auto ns = namespaces_->intern(ns_digest, false);
+  if (!ns.ok()) {  // namespace table full: this block cannot be indexed
+    c_->recovery_dropped.fetch_add(1, kRelaxed);
+    return std::nullopt;
+  }
+  IndexRecord rec;
+  rec.key = key;
+  rec.disk_page = page;
+  rec.length = length;
+  rec.ns = *ns;
+  return rec;
+}
+
+bool DiskTier::is_current_header(const EntryHeader& h) const {
+  return h.magic == kEntryMagic && h.version == kFormatVersion && h.header_bytes == sizeof(h) &&
+         header_crc_of(h) == h.header_crc && h.volume_id == sb_.volume_id;
+}
+
+std::vector<std::pair<uint64_t, uint32_t>> DiskTier::regions_by_generation() {
   AlignedBuffer page(kPageBytes, kDirectIoAlignment);
   std::vector<std::pair<uint64_t, uint32_t>> order;  // (generation, region)
   for (uint32_t r = 0; r < region_count_; ++r) {
     regions_[r] = Region{};
-    if (!dev_->read_sync(region_offset(r), page.view()).ok()) continue;  // pass 2 warns
+    if (!dev_->read_sync(region_offset(r), page.view()).ok()) continue;  // the replay warns
     EntryHeader h;
     std::memcpy(&h, page.data(), sizeof(h));
-    if (h.magic == kEntryMagic && h.version == kFormatVersion && h.header_bytes == sizeof(h) &&
-        header_crc_of(h) == h.header_crc && h.volume_id == sb_.volume_id) {
-      order.emplace_back(h.region_seq, r);
-    }
+    if (is_current_header(h)) order.emplace_back(h.region_seq, r);
   }
   std::sort(order.begin(), order.end());
+  return order;
+}
+
+void DiskTier::replay_entry(uint32_t r, uint64_t off, const EntryHeader& h, const std::byte* entry,
+                            bool tombstone) {
+  const Key128 key{h.key_hi, h.key_lo};
+  if (tombstone) {
+    // Everything replayed so far is older: the key was removed after it.
+    if (index_->erase(key)) c_->recovered_entries.fetch_sub(1, kRelaxed);
+    c_->recovered_tombstones.fetch_add(1, kRelaxed);
+    return;
+  }
+  if (crc32c(entry + kPayloadOffset, h.payload_bytes) != h.payload_crc) {
+    c_->recovery_dropped.fetch_add(1, kRelaxed);
+    return;
+  }
+  auto rec =
+      recovered_record(Key128{h.ns_hi, h.ns_lo}, key,
+                       first_page_of(r) + static_cast<uint32_t>(off / kPageBytes), h.payload_bytes);
+  if (!rec) return;
+  switch (index_->insert(*rec)) {
+    case Index::InsertResult::kInserted:
+      c_->recovered_entries.fetch_add(1, kRelaxed);
+      break;
+    case Index::InsertResult::kExists:
+      // Replayed oldest first: this copy is the newest so far.
+      index_->update(key, [&](IndexRecord& cur) {
+        cur = *rec;
+        return true;
+      });
+      break;
+    case Index::InsertResult::kFull:
+      c_->recovery_dropped.fetch_add(1, kRelaxed);
+      break;
+  }
+  regions_[r].keys.push_back(key);
+}
+
+Status DiskTier::scan_regions() {
+  // Pass 1: each region's generation, from its first header, so that pass 2
+  // can replay the logs oldest first: a later copy of a key then replaces an
+  // earlier one, and a tombstone removes what came before it.
+  const auto order = regions_by_generation();
   AlignedBuffer rb(opts_.region_bytes, kDirectIoAlignment);
   for (auto [first_seq, r] : order) {
     Region& reg = regions_[r];
@@ -312,10 +362,7 @@ Status DiskTier::scan_regions() {
     while (off + sizeof(EntryHeader) <= opts_.region_bytes) {
       EntryHeader h;
       std::memcpy(&h, rb.data() + off, sizeof(h));
-      if (h.magic != kEntryMagic || h.version != kFormatVersion || h.header_bytes != sizeof(h) ||
-          header_crc_of(h) != h.header_crc || h.volume_id != sb_.volume_id) {
-        break;  // end of this generation's log (or a torn header)
-      }
+      if (!is_current_header(h)) break;  // end of this generation's log (or a torn header)
       if (seq == 0) seq = h.region_seq;
       if (h.region_seq != seq) break;  // an older generation's leftovers
       const uint64_t eb = entry_bytes(h.payload_bytes);
@@ -324,42 +371,7 @@ Status DiskTier::scan_regions() {
           h.payload_bytes > opts_.max_payload_bytes || off + eb > opts_.region_bytes) {
         break;
       }
-      const Key128 key{h.key_hi, h.key_lo};
-      if (tombstone) {
-        // Everything replayed so far is older: the key was removed after it.
-        if (index_->erase(key)) c_->recovered_entries.fetch_sub(1, kRelaxed);
-        c_->recovered_tombstones.fetch_add(1, kRelaxed);
-      } else if (crc32c(rb.data() + off + kPayloadOffset, h.payload_bytes) == h.payload_crc) {
-        auto ns = namespaces_->intern(Key128{h.ns_hi, h.ns_lo}, false);
-        if (!ns.ok()) {  // namespace table full: this block cannot be indexed
-          c_->recovery_dropped.fetch_add(1, kRelaxed);
-          off += eb;
-          continue;
-        }
-        IndexRecord rec;
-        rec.key = key;
-        rec.disk_page = first_page_of(r) + static_cast<uint32_t>(off / kPageBytes);
-        rec.length = h.payload_bytes;
-        rec.ns = *ns;
-        switch (index_->insert(rec)) {
-          case Index::InsertResult::kInserted:
-            c_->recovered_entries.fetch_add(1, kRelaxed);
-            break;
-          case Index::InsertResult::kExists:
-            // Replayed oldest first: this copy is the newest so far.
-            index_->update(key, [&](IndexRecord& cur) {
-              cur = rec;
-              return true;
-            });
-            break;
-          case Index::InsertResult::kFull:
-            c_->recovery_dropped.fetch_add(1, kRelaxed);
-            break;
-        }
-        reg.keys.push_back(key);
-      } else {
-        c_->recovery_dropped.fetch_add(1, kRelaxed);
-      }
+      replay_entry(r, off, h, rb.data() + off, tombstone);
       off += eb;
     }
     if (seq != 0) {

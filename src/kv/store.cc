@@ -9,62 +9,28 @@
 #include "common/block_copy.h"
 #include "common/clock.h"
 #include "common/crc32c.h"
+#include "common/enum_name.h"
 #include "kv/store_metrics.h"
 
 namespace kvtier::kv {
 
 const char* tier_name(Tier t) {
-  switch (t) {
-    case Tier::kNone:
-      return "none";
-    case Tier::kRam:
-      return "ram";
-    case Tier::kDisk:
-      return "disk";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"none", "ram", "disk"};
+  return enum_name<Tier::kDisk>(t, kNames, "?");
 }
 
 const char* miss_reason_name(MissReason r) {
-  switch (r) {
-    case MissReason::kNone:
-      return "none";
-    case MissReason::kNotFound:
-      return "not_found";
-    case MissReason::kEvicted:
-      return "evicted";
-    case MissReason::kForeignNamespace:
-      return "foreign_namespace";
-    case MissReason::kCorrupt:
-      return "corrupt";
-    case MissReason::kIoError:
-      return "io_error";
-    case MissReason::kTimeout:
-      return "timeout";
-    case MissReason::kCount:
-      break;
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"none",    "not_found", "evicted", "foreign_namespace",
+                                           "corrupt", "io_error",  "timeout"};
+  static_assert(std::size(kNames) == static_cast<size_t>(MissReason::kCount));
+  return enum_name<MissReason::kTimeout>(r, kNames, "?");
 }
 
 const char* refuse_reason_name(RefuseReason r) {
-  switch (r) {
-    case RefuseReason::kNone:
-      return "none";
-    case RefuseReason::kNoSpace:
-      return "no_space";
-    case RefuseReason::kIndexFull:
-      return "index_full";
-    case RefuseReason::kDiskError:
-      return "disk_error";
-    case RefuseReason::kAdmission:
-      return "admission";
-    case RefuseReason::kQuota:
-      return "quota";
-    case RefuseReason::kCount:
-      break;
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"none",       "no_space",  "index_full",
+                                           "disk_error", "admission", "quota"};
+  static_assert(std::size(kNames) == static_cast<size_t>(RefuseReason::kCount));
+  return enum_name<RefuseReason::kQuota>(r, kNames, "?");
 }
 
 Store::Store(const StoreOptions& options)

@@ -1,4 +1,5 @@
 #include "blk/dev/uring_device.h"
+#include "common/enum_name.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -187,19 +188,8 @@ UringDevice::~UringDevice() {
 }
 
 const char* UringDevice::op_name(Op op) {
-  switch (op) {
-    case Op::kRead:
-      return "read";
-    case Op::kWrite:
-      return "write";
-    case Op::kFsync:
-      return "fsync";
-    case Op::kPunchHole:
-      return "punch-hole";
-    case Op::kReadv:
-      return "readv";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"read", "write", "fsync", "punch-hole", "readv"};
+  return enum_name<Op::kReadv>(op, kNames, "?");
 }
 
 void UringDevice::fail_inline(IoCallback& cb, Status st) {

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "blk/raid/raid_internal.h"
+#include "common/enum_name.h"
 
 namespace kvtier::blk {
 
@@ -31,15 +32,8 @@ std::string raid_level_name(RaidLevel level) {
 }
 
 const char* array_state_name(ArrayState s) {
-  switch (s) {
-    case ArrayState::kOnline:
-      return "online";
-    case ArrayState::kDegraded:
-      return "degraded";
-    case ArrayState::kFailed:
-      return "failed";
-  }
-  return "unknown";
+  static constexpr const char* kNames[] = {"online", "degraded", "failed"};
+  return enum_name<ArrayState::kFailed>(s, kNames, "unknown");
 }
 
 bool RaidArray::View::usable(size_t m, uint64_t row) const {

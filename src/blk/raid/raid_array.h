@@ -200,6 +200,10 @@ class RaidArray : public BlockDevice {
   uint64_t row_bytes() const { return data_per_row_ * strip_; }
 
   void enqueue(std::function<void()> job);
+  // Checks a read or write, then runs `io` on a worker and completes `cb`
+  // with its status (counted as `op`).
+  void submit(uint64_t offset, uint64_t length, const void* buf, int op, std::function<Status()> io,
+              IoCallback cb);
   void worker_loop();
   void lock_rows(uint64_t r0, uint64_t r1);
   void unlock_rows(uint64_t r0, uint64_t r1);
@@ -214,6 +218,15 @@ class RaidArray : public BlockDevice {
   Status do_write(uint64_t offset, ByteView src);
   Status read_parity(View& v, uint64_t offset, MutableByteView dst, bool& retry);
   Status write_parity(View& v, uint64_t offset, ByteView src, bool& retry);
+  // The two halves of write_parity for one row: what to read first, then
+  // the shards to write once the reads are in (raid_array_io.cc).
+  struct ParityRowPlan;
+  std::byte* parity_src_at(ByteView src, uint64_t offset, const ParityRowPlan& p, size_t d,
+                           uint64_t within) const;
+  Status plan_parity_row(const View& v, ByteView src, uint64_t offset, std::byte*& next_scratch,
+                         ParityRowPlan& p, std::vector<MemberIo>& reads) const;
+  Status fill_parity_row(const View& v, ByteView src, uint64_t offset, ParityRowPlan& p,
+                         std::vector<MemberIo>& writes);
   Status read_mirror(View& v, uint64_t offset, MutableByteView dst, bool& retry);
   Status write_mirror(View& v, uint64_t offset, ByteView src);
   // Recomputes the redundancy of rows [r0, r1) (parity from data, mirrors from

@@ -114,30 +114,30 @@ void RaidArray::finish(bool ok, int op, uint64_t bytes) {
   }
 }
 
-void RaidArray::read(uint64_t offset, MutableByteView dst, IoCallback cb) {
-  Status st = check_io(offset, dst.size(), dst.data());
+void RaidArray::submit(uint64_t offset, uint64_t length, const void* buf, int op,
+                       std::function<Status()> io, IoCallback cb) {
+  Status st = check_io(offset, length, buf);
   if (!st.ok()) {
     io_.errors.fetch_add(1, kRelaxed);
     return cb(std::move(st));
   }
-  enqueue([this, offset, dst, cb = std::move(cb)]() mutable {
-    Status s = do_read(offset, dst);
-    finish(s.ok(), kOpRead, dst.size());
+  enqueue([this, op, length, io = std::move(io), cb = std::move(cb)]() mutable {
+    Status s = io();
+    finish(s.ok(), op, length);
     cb(std::move(s));
   });
 }
 
+void RaidArray::read(uint64_t offset, MutableByteView dst, IoCallback cb) {
+  submit(
+      offset, dst.size(), dst.data(), kOpRead, [this, offset, dst] { return do_read(offset, dst); },
+      std::move(cb));
+}
+
 void RaidArray::write(uint64_t offset, ByteView src, IoCallback cb) {
-  Status st = check_io(offset, src.size(), src.data());
-  if (!st.ok()) {
-    io_.errors.fetch_add(1, kRelaxed);
-    return cb(std::move(st));
-  }
-  enqueue([this, offset, src, cb = std::move(cb)]() mutable {
-    Status s = do_write(offset, src);
-    finish(s.ok(), kOpWrite, src.size());
-    cb(std::move(s));
-  });
+  submit(
+      offset, src.size(), src.data(), kOpWrite,
+      [this, offset, src] { return do_write(offset, src); }, std::move(cb));
 }
 
 void RaidArray::flush(IoCallback cb) {
@@ -322,95 +322,112 @@ Status RaidArray::read_parity(View& v, uint64_t offset, MutableByteView dst, boo
   return Status::ok_status();
 }
 
-Status RaidArray::write_parity(View& v, uint64_t offset, ByteView src, bool& retry) {
+// One row of a parity write: a buffer per shard (scratch, or the caller's
+// bytes for a data shard the write covers whole) and the shards to
+// reconstruct before the new data is laid over the old.
+struct RaidArray::ParityRowPlan {
+  const RowSpan* span = nullptr;
+  std::vector<std::byte*> shard;
+  std::vector<int> missing;
+};
+
+std::byte* RaidArray::parity_src_at(ByteView src, uint64_t offset, const ParityRowPlan& p, size_t d,
+                                    uint64_t within) const {
+  const RowSpan& s = *p.span;
+  return const_cast<std::byte*>(src.data()) + (s.logical_base + d * strip_ + within - offset);
+}
+
+Status RaidArray::plan_parity_row(const View& v, ByteView src, uint64_t offset,
+                                  std::byte*& next_scratch, ParityRowPlan& p,
+                                  std::vector<MemberIo>& reads) const {
+  const RowSpan& s = *p.span;
   const size_t k = n_ - m_;
-  auto rows = split_rows(offset, src.size(), strip_, k);
-  struct Plan {
-    const RowSpan* span;
-    std::vector<std::byte*> shard;
-    std::vector<int> missing;  // shards to reconstruct before overlaying
-  };
-  std::vector<Plan> plans;
-  plans.reserve(rows.size());
-  std::vector<MemberIo> reads;
+  const uint64_t len = s.rmax - s.rmin;
+  p.shard.resize(n_);
+  for (size_t sh = 0; sh < n_; ++sh) {
+    p.shard[sh] = next_scratch;
+    next_scratch += len;
+  }
+  // Data shards the write does not cover over [rmin, rmax) must be read.
+  bool need_reconstruct = false;
+  for (size_t d = 0; d < k; ++d) {
+    const bool covered = s.lo[d] == s.rmin && s.hi[d] == s.rmax;
+    if (!covered && !v.usable(member_of(s.row, d), s.row)) need_reconstruct = true;
+  }
+  for (size_t sh = 0; sh < n_; ++sh) {
+    const size_t mem = member_of(s.row, sh);
+    const bool usable = v.usable(mem, s.row);
+    if (need_reconstruct) {
+      // Degraded: old contents of every shard, to rebuild the missing ones.
+      if (usable) {
+        reads.push_back({mem, false, s.row * strip_ + s.rmin, p.shard[sh], len, {}});
+      } else {
+        p.missing.push_back(static_cast<int>(sh));
+      }
+    } else if (sh < k) {
+      const bool covered = s.lo[sh] == s.rmin && s.hi[sh] == s.rmax;
+      if (covered) {
+        // Zero-copy: parity straight from the caller's bytes.
+        p.shard[sh] = parity_src_at(src, offset, p, sh, s.rmin);
+      } else {
+        reads.push_back({mem, false, s.row * strip_ + s.rmin, p.shard[sh], len, {}});
+      }
+    }
+  }
+  if (p.missing.size() > m_) {
+    return Status::io_error(fmt::format("{}: row {} has {} members down, cannot write", name_,
+                                        s.row, p.missing.size()));
+  }
+  return Status::ok_status();
+}
+
+Status RaidArray::fill_parity_row(const View& v, ByteView src, uint64_t offset, ParityRowPlan& p,
+                                  std::vector<MemberIo>& writes) {
+  const RowSpan& s = *p.span;
+  const size_t k = n_ - m_;
+  const uint64_t len = s.rmax - s.rmin;
+  if (!p.missing.empty()) KVTIER_RETURN_IF_ERROR(reconstruct(len, p.shard.data(), p.missing));
+  for (size_t d = 0; d < k; ++d) {
+    if (s.lo[d] >= s.hi[d]) continue;
+    std::byte* from = parity_src_at(src, offset, p, d, s.lo[d]);
+    std::byte* to = p.shard[d] + (s.lo[d] - s.rmin);
+    if (from != to) std::memcpy(to, from, s.hi[d] - s.lo[d]);
+  }
+  encode_parity(len, p.shard.data());
+  for (size_t sh = 0; sh < n_; ++sh) {
+    const size_t mem = member_of(s.row, sh);
+    if (!v.usable(mem, s.row)) continue;
+    if (sh >= k) {
+      writes.push_back({mem, true, s.row * strip_ + s.rmin, p.shard[sh], len, {}});
+    } else if (s.lo[sh] < s.hi[sh]) {
+      writes.push_back({mem,
+                        true,
+                        s.row * strip_ + s.lo[sh],
+                        p.shard[sh] + (s.lo[sh] - s.rmin),
+                        s.hi[sh] - s.lo[sh],
+                        {}});
+    }
+  }
+  return Status::ok_status();
+}
+
+Status RaidArray::write_parity(View& v, uint64_t offset, ByteView src, bool& retry) {
+  auto rows = split_rows(offset, src.size(), strip_, n_ - m_);
   uint64_t scratch_bytes = 0;
   for (const auto& s : rows) scratch_bytes += (s.rmax - s.rmin) * n_;
   std::byte* next_scratch = scratch(scratch_bytes);
-  auto src_at = [&](const RowSpan& s, size_t d, uint64_t within) {
-    return const_cast<std::byte*>(src.data()) + (s.logical_base + d * strip_ + within - offset);
-  };
-  for (const auto& s : rows) {
-    Plan p;
-    p.span = &s;
-    const uint64_t len = s.rmax - s.rmin;
-    p.shard.resize(n_);
-    for (size_t sh = 0; sh < n_; ++sh) {
-      p.shard[sh] = next_scratch;
-      next_scratch += len;
-    }
-    // Data shards the write does not cover over [rmin, rmax) must be read.
-    bool need_reconstruct = false;
-    for (size_t d = 0; d < k; ++d) {
-      const bool covered = s.lo[d] == s.rmin && s.hi[d] == s.rmax;
-      if (!covered && !v.usable(member_of(s.row, d), s.row)) need_reconstruct = true;
-    }
-    for (size_t sh = 0; sh < n_; ++sh) {
-      const size_t mem = member_of(s.row, sh);
-      const bool usable = v.usable(mem, s.row);
-      if (need_reconstruct) {
-        // Degraded: old contents of every shard, to rebuild the missing ones.
-        if (usable) {
-          reads.push_back({mem, false, s.row * strip_ + s.rmin, p.shard[sh], len, {}});
-        } else {
-          p.missing.push_back(static_cast<int>(sh));
-        }
-      } else if (sh < k) {
-        const bool covered = s.lo[sh] == s.rmin && s.hi[sh] == s.rmax;
-        if (covered) {
-          p.shard[sh] = src_at(s, sh, s.rmin);  // zero-copy: parity straight from the caller
-        } else {
-          reads.push_back({mem, false, s.row * strip_ + s.rmin, p.shard[sh], len, {}});
-        }
-      }
-    }
-    if (p.missing.size() > m_) {
-      return Status::io_error(fmt::format("{}: row {} has {} members down, cannot write", name_,
-                                          s.row, p.missing.size()));
-    }
-    plans.push_back(std::move(p));
+  std::vector<ParityRowPlan> plans(rows.size());
+  std::vector<MemberIo> reads;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    plans[i].span = &rows[i];
+    KVTIER_RETURN_IF_ERROR(plan_parity_row(v, src, offset, next_scratch, plans[i], reads));
   }
   if (!run_batch(v, reads)) {
     retry = true;  // nothing written yet: plan again around the failed member
     return Status::io_error(name_ + ": member read failed");
   }
   std::vector<MemberIo> writes;
-  for (auto& p : plans) {
-    const RowSpan& s = *p.span;
-    const uint64_t len = s.rmax - s.rmin;
-    if (!p.missing.empty()) KVTIER_RETURN_IF_ERROR(reconstruct(len, p.shard.data(), p.missing));
-    for (size_t d = 0; d < k; ++d) {
-      if (s.lo[d] >= s.hi[d]) continue;
-      std::byte* from = src_at(s, d, s.lo[d]);
-      std::byte* to = p.shard[d] + (s.lo[d] - s.rmin);
-      if (from != to) std::memcpy(to, from, s.hi[d] - s.lo[d]);
-    }
-    encode_parity(len, p.shard.data());
-    for (size_t sh = 0; sh < n_; ++sh) {
-      const size_t mem = member_of(s.row, sh);
-      if (!v.usable(mem, s.row)) continue;
-      if (sh < k) {
-        if (s.lo[sh] >= s.hi[sh]) continue;
-        writes.push_back({mem,
-                          true,
-                          s.row * strip_ + s.lo[sh],
-                          p.shard[sh] + (s.lo[sh] - s.rmin),
-                          s.hi[sh] - s.lo[sh],
-                          {}});
-      } else {
-        writes.push_back({mem, true, s.row * strip_ + s.rmin, p.shard[sh], len, {}});
-      }
-    }
-  }
+  for (auto& p : plans) KVTIER_RETURN_IF_ERROR(fill_parity_row(v, src, offset, p, writes));
   // A member that fails a write is taken out; the parity already accounts
   // for its bytes, so the array stays consistent unless too many are gone.
   run_batch(v, writes);
@@ -419,31 +436,53 @@ Status RaidArray::write_parity(View& v, uint64_t offset, ByteView src, bool& ret
   return Status::ok_status();
 }
 
+namespace {
+
+// A piece of a mirrored request that lies in one strip: the row, which data
+// strip of the row (its copies are members group * copies + t), the offset
+// on each copy's member and the length.
+struct MirrorPiece {
+  uint64_t pos = 0;  // array offset of the piece
+  uint64_t row = 0;
+  uint64_t group = 0;
+  uint64_t member_offset = 0;
+  uint64_t len = 0;
+};
+
+std::vector<MirrorPiece> mirror_pieces(uint64_t strip, uint64_t data_per_row, uint64_t offset,
+                                       uint64_t end) {
+  std::vector<MirrorPiece> out;
+  for (uint64_t pos = offset; pos < end;) {
+    const uint64_t strip_idx = pos / strip;
+    const uint64_t within = pos % strip;
+    const uint64_t len = std::min(strip - within, end - pos);
+    const uint64_t row = strip_idx / data_per_row;
+    out.push_back({pos, row, strip_idx % data_per_row, row * strip + within, len});
+    pos += len;
+  }
+  return out;
+}
+
+}  // namespace
+
 Status RaidArray::read_mirror(View& v, uint64_t offset, MutableByteView dst, bool& retry) {
   const uint64_t c = geo_.copies;
-  const uint64_t end = offset + dst.size();
   std::vector<MemberIo> ios;
-  for (uint64_t pos = offset; pos < end;) {
-    const uint64_t strip_idx = pos / strip_;
-    const uint64_t within = pos % strip_;
-    const uint64_t len = std::min(strip_ - within, end - pos);
-    const uint64_t row = strip_idx / data_per_row_;
-    const uint64_t group = strip_idx % data_per_row_;
+  for (const MirrorPiece& p : mirror_pieces(strip_, data_per_row_, offset, offset + dst.size())) {
     // Spread reads over the copies by row.
     size_t chosen = n_;
     for (uint64_t t = 0; t < c; ++t) {
-      const size_t mem = group * c + (row + t) % c;
-      if (v.usable(mem, row)) {
+      const size_t mem = p.group * c + (p.row + t) % c;
+      if (v.usable(mem, p.row)) {
         chosen = mem;
         break;
       }
     }
     if (chosen == n_) {
       return Status::io_error(
-          fmt::format("{}: every copy of row {} group {} is down", name_, row, group));
+          fmt::format("{}: every copy of row {} group {} is down", name_, p.row, p.group));
     }
-    ios.push_back({chosen, false, row * strip_ + within, dst.data() + (pos - offset), len, {}});
-    pos += len;
+    ios.push_back({chosen, false, p.member_offset, dst.data() + (p.pos - offset), p.len, {}});
   }
   if (!run_batch(v, ios)) {
     retry = true;
@@ -454,25 +493,18 @@ Status RaidArray::read_mirror(View& v, uint64_t offset, MutableByteView dst, boo
 
 Status RaidArray::write_mirror(View& v, uint64_t offset, ByteView src) {
   const uint64_t c = geo_.copies;
-  const uint64_t end = offset + src.size();
   std::vector<MemberIo> ios;
-  for (uint64_t pos = offset; pos < end;) {
-    const uint64_t strip_idx = pos / strip_;
-    const uint64_t within = pos % strip_;
-    const uint64_t len = std::min(strip_ - within, end - pos);
-    const uint64_t row = strip_idx / data_per_row_;
-    const uint64_t group = strip_idx % data_per_row_;
+  for (const MirrorPiece& p : mirror_pieces(strip_, data_per_row_, offset, offset + src.size())) {
     for (uint64_t t = 0; t < c; ++t) {
-      const size_t mem = group * c + t;
-      if (!v.usable(mem, row)) continue;
+      const size_t mem = p.group * c + t;
+      if (!v.usable(mem, p.row)) continue;
       ios.push_back({mem,
                      true,
-                     row * strip_ + within,
-                     const_cast<std::byte*>(src.data()) + (pos - offset),
-                     len,
+                     p.member_offset,
+                     const_cast<std::byte*>(src.data()) + (p.pos - offset),
+                     p.len,
                      {}});
     }
-    pos += len;
   }
   run_batch(v, ios);
   std::lock_guard lk(state_mu_);

@@ -257,31 +257,26 @@ TEST(RaidArrayTest, RejectsForeignAndBadGeometry) {
 }
 
 TEST(RaidArrayTest, ScrubFindsCorruptedParityAndFullStripeWritesDoNotRead) {
-  std::vector<std::shared_ptr<MemDevice>> mems;
-  std::vector<std::shared_ptr<BlockDevice>> members;
-  for (int i = 0; i < 3; ++i) {
-    mems.push_back(std::make_shared<MemDevice>(kMemberBytes, kBlock));
-    members.push_back(mems.back());
-  }
+  const auto mems = testing::mem_members(3, kMemberBytes, kBlock);
+  auto member_reads = [&] {
+    uint64_t reads = 0;
+    for (auto& m : mems) reads += m->stats().reads;
+    return reads;
+  };
   RaidOptions o;
   o.level = RaidLevel::kRaid5;
   o.strip_bytes = 16 << 10;
-  auto a = RaidArray::create(members, o);
+  auto a = RaidArray::create(testing::as_devices(mems), o);
   ASSERT_TRUE(a.ok());
   // Two full rows (k = 2): no member reads at all.
   AlignedBuffer buf(2 * 2 * o.strip_bytes, 4096);
   fill_pattern(buf.view(), 3);
-  uint64_t reads_before = 0;
-  for (auto& m : mems) reads_before += m->stats().reads;
+  const uint64_t reads_before = member_reads();
   ASSERT_TRUE((*a)->write_sync(0, buf.view()).ok());
-  uint64_t reads_after = 0;
-  for (auto& m : mems) reads_after += m->stats().reads;
-  EXPECT_EQ(reads_after, reads_before);
+  EXPECT_EQ(member_reads(), reads_before);
   // A partial write reads only the untouched shard's bytes.
   ASSERT_TRUE((*a)->write_sync(4096, buf.subview(0, 4096)).ok());
-  reads_after = 0;
-  for (auto& m : mems) reads_after += m->stats().reads;
-  EXPECT_EQ(reads_after, reads_before + 1);
+  EXPECT_EQ(member_reads(), reads_before + 1);
 
   auto bad = (*a)->count_inconsistent_rows();
   ASSERT_TRUE(bad.ok());

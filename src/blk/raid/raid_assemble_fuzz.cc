@@ -17,6 +17,7 @@
 
 #include "blk/dev/mem_device.h"
 #include "blk/raid/raid_array.h"
+#include "blk/testing/test_util.h"
 
 namespace {
 
@@ -31,12 +32,8 @@ struct Template {
 };
 
 Template make_template(RaidLevel level, size_t n, uint32_t copies) {
-  std::vector<std::shared_ptr<BlockDevice>> members;
-  std::vector<std::shared_ptr<MemDevice>> mems;
-  for (size_t i = 0; i < n; ++i) {
-    mems.push_back(std::make_shared<MemDevice>(kMemberBytes, kBlock));
-    members.push_back(mems.back());
-  }
+  auto mems = blk::testing::mem_members(n, kMemberBytes, kBlock);
+  const auto members = blk::testing::as_devices(mems);
   RaidOptions o;
   o.level = level;
   o.strip_bytes = 4096;

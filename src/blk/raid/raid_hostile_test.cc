@@ -16,18 +16,15 @@ namespace {
 constexpr uint64_t kMemberBytes = 3ull << 20;
 constexpr uint32_t kBlock = 512;
 
+using testing::as_devices;
+
 std::vector<std::shared_ptr<MemDevice>> make_raid5(const std::string& name) {
-  std::vector<std::shared_ptr<MemDevice>> mems;
-  std::vector<std::shared_ptr<BlockDevice>> members;
-  for (int i = 0; i < 3; ++i) {
-    mems.push_back(std::make_shared<MemDevice>(kMemberBytes, kBlock));
-    members.push_back(mems.back());
-  }
+  auto mems = testing::mem_members(3, kMemberBytes, kBlock);
   RaidOptions o;
   o.level = RaidLevel::kRaid5;
   o.strip_bytes = 8 << 10;
   o.name = name;
-  auto a = RaidArray::create(members, o);
+  auto a = RaidArray::create(as_devices(mems), o);
   EXPECT_TRUE(a.ok()) << a.status().to_string();
   if (a.ok()) {
     AlignedBuffer buf((*a)->capacity(), 4096);
@@ -35,11 +32,6 @@ std::vector<std::shared_ptr<MemDevice>> make_raid5(const std::string& name) {
     EXPECT_TRUE((*a)->write_sync(0, buf.view()).ok());
   }
   return mems;  // closed cleanly
-}
-
-std::vector<std::shared_ptr<BlockDevice>> as_devices(
-    const std::vector<std::shared_ptr<MemDevice>>& mems) {
-  return {mems.begin(), mems.end()};
 }
 
 void rewrite_superblock(MemDevice& m, const std::function<void(RaidSuperblock&)>& edit) {

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/crc32c.h"
+#include "common/enum_name.h"
 
 namespace kvtier::blk {
 
@@ -69,15 +70,8 @@ uint32_t load_u32(const std::byte* p) {
 }  // namespace
 
 const char* member_state_name(MemberState s) {
-  switch (s) {
-    case MemberState::kActive:
-      return "active";
-    case MemberState::kFailed:
-      return "failed";
-    case MemberState::kRebuilding:
-      return "rebuilding";
-  }
-  return "unknown";
+  static constexpr const char* kNames[] = {"active", "failed", "rebuilding"};
+  return enum_name<MemberState::kRebuilding>(s, kNames, "unknown");
 }
 
 void RaidSuperblock::encode(MutableByteView out) const {

@@ -1,23 +1,14 @@
 #include "blk/stack/health_device.h"
 
 #include "common/clock.h"
+#include "common/enum_name.h"
 
 namespace kvtier::blk {
 
 const char* health_state_name(HealthState s) {
-  switch (s) {
-    case HealthState::kOnline:
-      return "online";
-    case HealthState::kDegraded:
-      return "degraded";
-    case HealthState::kFailed:
-      return "failed";
-    case HealthState::kReconnecting:
-      return "reconnecting";
-    case HealthState::kRemoved:
-      return "removed";
-  }
-  return "unknown";
+  static constexpr const char* kNames[] = {"online", "degraded", "failed", "reconnecting",
+                                           "removed"};
+  return enum_name<HealthState::kRemoved>(s, kNames, "unknown");
 }
 
 HealthDevice::HealthDevice(std::shared_ptr<BlockDevice> inner, HealthOptions options)

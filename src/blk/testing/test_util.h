@@ -7,10 +7,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <vector>
 
+#include "blk/dev/mem_device.h"
 #include "common/buffer.h"
 #include "common/status.h"
 
@@ -25,6 +27,20 @@ inline void fill_pattern(MutableByteView dst, uint64_t seed) {
     std::memcpy(dst.data() + i, &v, 8);
   }
   for (; i < dst.size(); ++i) dst[i] = static_cast<std::byte>(rng());
+}
+
+// `n` in-memory devices of `bytes` each: the members of a test array.
+inline std::vector<std::shared_ptr<MemDevice>> mem_members(size_t n, uint64_t bytes,
+                                                           uint32_t block) {
+  std::vector<std::shared_ptr<MemDevice>> mems;
+  for (size_t i = 0; i < n; ++i) mems.push_back(std::make_shared<MemDevice>(bytes, block));
+  return mems;
+}
+
+// The same devices as the BlockDevices an array is made of.
+inline std::vector<std::shared_ptr<BlockDevice>> as_devices(
+    const std::vector<std::shared_ptr<MemDevice>>& mems) {
+  return {mems.begin(), mems.end()};
 }
 
 // Counts completions (and failed ones) and lets a test wait for a number of

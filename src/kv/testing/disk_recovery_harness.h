@@ -329,28 +329,43 @@ inline size_t get_and_check(Store& store, uint16_t ns, const std::vector<uint32_
   return hits;
 }
 
-inline int disk_recovery_fuzz_one(const uint8_t* data, size_t size) {
-  QuietLogs quiet;
-  static const bool verbose = std::getenv("DISK_RECOVERY_VERBOSE") != nullptr;
-  const BaseImages& base = base_images();
-  const uint8_t flags = size > 0 ? data[0] : 0;
+// What one fuzz input asks for. Byte 0: bits 0-1 the area the overlay
+// lands in (superblock, checkpoint, data, anywhere), bit 2 start from the
+// crashed image, bit 3 re-seal checksums over the overlay, bit 4 a RAM tier,
+// bit 5 open twice, bits 6-7 how many new blocks to put after the first
+// open. Bytes 1-3: the overlay's offset in its area. The rest: the overlay.
+struct RecoveryFuzzInput {
+  uint8_t area = 0;
+  bool crashed = false, fix_crcs = false, ram = false, reopen = false;
+  uint32_t new_blocks = 0;
   uint32_t offset = 0;
-  for (size_t i = 1; i < 4 && i < size; ++i) offset |= uint32_t{data[i]} << (8 * (i - 1));
-  const uint8_t* patch = size > 4 ? data + 4 : nullptr;
-  const size_t patch_len = size > 4 ? size - 4 : 0;
+  const uint8_t* patch = nullptr;
+  size_t patch_len = 0;
+};
 
-  const bool crashed = flags & 0x04;
-  const bool fix_crcs = flags & 0x08;
-  const bool ram = flags & 0x10;
-  const bool reopen = flags & 0x20;
+inline RecoveryFuzzInput decode_fuzz_input(const uint8_t* data, size_t size) {
   static constexpr uint32_t kNewCounts[4] = {0, 3, 12, 40};
-  const uint32_t new_blocks = kNewCounts[flags >> 6];
+  RecoveryFuzzInput in;
+  const uint8_t flags = size > 0 ? data[0] : 0;
+  in.area = flags & 0x03;
+  in.crashed = flags & 0x04;
+  in.fix_crcs = flags & 0x08;
+  in.ram = flags & 0x10;
+  in.reopen = flags & 0x20;
+  in.new_blocks = kNewCounts[flags >> 6];
+  for (size_t i = 1; i < 4 && i < size; ++i) in.offset |= uint32_t{data[i]} << (8 * (i - 1));
+  in.patch = size > 4 ? data + 4 : nullptr;
+  in.patch_len = size > 4 ? size - 4 : 0;
+  return in;
+}
 
-  // The pre-open image: base + overlay (+ re-sealed checksums).
-  static std::vector<std::byte> img;
-  img = crashed ? base.crashed : base.clean;
+// The pre-open image in `img`: base + overlay (+ re-sealed checksums);
+// returns how many bytes the overlay changed.
+inline uint64_t build_fuzz_image(const RecoveryFuzzInput& in, const BaseImages& base,
+                                 std::vector<std::byte>& img) {
+  img = in.crashed ? base.crashed : base.clean;
   uint64_t area_from = 0, area_len = kVolumeBytes;
-  switch (flags & 0x03) {
+  switch (in.area) {
     case 0:
       area_from = 0, area_len = disk::kPageBytes;
       break;
@@ -363,10 +378,49 @@ inline int disk_recovery_fuzz_one(const uint8_t* data, size_t size) {
     default:
       break;
   }
-  const uint64_t at = area_from + offset % area_len;
-  const uint64_t n = std::min<uint64_t>(patch_len, area_from + area_len - at);
-  if (n > 0) std::memcpy(img.data() + at, patch, n);
-  if (fix_crcs && n > 0) reseal(img, at, at + n, base.data_offset);
+  const uint64_t at = area_from + in.offset % area_len;
+  const uint64_t n = std::min<uint64_t>(in.patch_len, area_from + area_len - at);
+  if (n > 0) std::memcpy(img.data() + at, in.patch, n);
+  if (in.fix_crcs && n > 0) reseal(img, at, at + n, base.data_offset);
+  return n;
+}
+
+// On an intact image every block that was stored must be found, and no
+// removed block may come back.
+inline void check_intact_recovery(Store& store, uint16_t ns, const BaseImages& base,
+                                  const std::vector<Key128>& chain, const MatchResult& m,
+                                  size_t hits, AlignedBuffer& buf) {
+  if (hits < chain.size() || m.blocks != chain.size()) {
+    finding("blocks lost by recovery of an intact image", hits);
+  }
+  for (uint32_t i = 0; i < kBaseBlocks; ++i) {
+    if (!base.removed[i]) continue;
+    auto r = store.get(ns, test_key(i), buf.view());
+    check_ok(r.status(), "get");
+    if (r->hit) finding("a removed block came back after recovery of an intact image", i);
+  }
+}
+
+inline void print_recovery(int round, const StoreStats& st, size_t matched, size_t hits) {
+  std::fprintf(
+      stderr,
+      "disk_recovery: open %d: %s, recovered %llu, dropped %llu, matched %zu, "
+      "hits %zu, corrupt misses %llu, regions reclaimed %llu, reinserted %llu\n",
+      round, st.disk.recovered_from_checkpoint ? "checkpoint" : "scan/format",
+      static_cast<unsigned long long>(st.disk.recovered_entries),
+      static_cast<unsigned long long>(st.disk.recovery_dropped), matched, hits,
+      static_cast<unsigned long long>(st.misses[static_cast<size_t>(MissReason::kCorrupt)]),
+      static_cast<unsigned long long>(st.disk.regions_reclaimed),
+      static_cast<unsigned long long>(st.disk.entries_reinserted));
+}
+
+inline int disk_recovery_fuzz_one(const uint8_t* data, size_t size) {
+  QuietLogs quiet;
+  static const bool verbose = std::getenv("DISK_RECOVERY_VERBOSE") != nullptr;
+  const BaseImages& base = base_images();
+  const RecoveryFuzzInput in = decode_fuzz_input(data, size);
+  static std::vector<std::byte> img;
+  const uint64_t n = build_fuzz_image(in, base, img);
 
   // One device for every run (allocating and zeroing 4 MiB per run is
   // most of a run's time); the previous store is gone.
@@ -385,8 +439,8 @@ inline int disk_recovery_fuzz_one(const uint8_t* data, size_t size) {
   }
   AlignedBuffer buf(kMaxObject);
 
-  for (int round = 0; round < (reopen ? 2 : 1); ++round) {
-    auto opened = Store::open(harness_options(mem, ram));
+  for (int round = 0; round < (in.reopen ? 2 : 1); ++round) {
+    auto opened = Store::open(harness_options(mem, in.ram));
     check_ok(opened.status(), "open");
     std::unique_ptr<Store> store = std::move(opened).value();
     auto ns = store->register_namespace(nsdef);
@@ -398,46 +452,18 @@ inline int disk_recovery_fuzz_one(const uint8_t* data, size_t size) {
       finding("match_prefix result inconsistent", m->blocks);
     }
     const size_t hits = get_and_check(*store, *ns, blocks, img, ns_digest, buf);
-    if (round == 0 && n == 0) {
-      // Intact image: every block that was stored must be found.
-      if (hits < chain.size() || m->blocks != chain.size()) {
-        finding("blocks lost by recovery of an intact image", hits);
-      }
-      for (uint32_t i = 0; i < kBaseBlocks; ++i) {
-        if (!base.removed[i]) continue;
-        auto r = store->get(*ns, test_key(i), buf.view());
-        check_ok(r.status(), "get");
-        if (r->hit) finding("a removed block came back after recovery of an intact image", i);
-      }
-    }
+    if (round == 0 && n == 0) check_intact_recovery(*store, *ns, base, chain, *m, hits, buf);
     if (round == 0) {
-      for (uint32_t j = 0; j < new_blocks; ++j) {
+      for (uint32_t j = 0; j < in.new_blocks; ++j) {
         const uint32_t i = kNewBlockBase + j;
         auto r = store->put(*ns, test_key(i), expected_payload(i));
         check_ok(r.status(), "put");
         blocks.push_back(i);
       }
-      if (new_blocks > 0) get_and_check(*store, *ns, blocks, img, ns_digest, buf);
+      if (in.new_blocks > 0) get_and_check(*store, *ns, blocks, img, ns_digest, buf);
     }
-    if (verbose) {
-      const StoreStats st = store->local_stats();
-      std::fprintf(
-          stderr,
-          "disk_recovery: open %d: %s, recovered %llu, dropped %llu, matched %zu, "
-          "hits %zu, corrupt misses %llu, regions reclaimed %llu, reinserted %llu\n",
-          round, st.disk.recovered_from_checkpoint ? "checkpoint" : "scan/format",
-          static_cast<unsigned long long>(st.disk.recovered_entries),
-          static_cast<unsigned long long>(st.disk.recovery_dropped), m->blocks, hits,
-          static_cast<unsigned long long>(st.misses[static_cast<size_t>(MissReason::kCorrupt)]),
-          static_cast<unsigned long long>(st.disk.regions_reclaimed),
-          static_cast<unsigned long long>(st.disk.entries_reinserted));
-    }
-    if (reopen) {
-      Status st = store->close();
-      if (!st.ok()) {
-        check_ok(st, "close");
-      }
-    }
+    if (verbose) print_recovery(round, store->local_stats(), m->blocks, hits);
+    if (in.reopen) check_ok(store->close(), "close");
   }
   return 0;
 }

@@ -191,7 +191,7 @@ asio::awaitable<Status> ClientConn::open_session() {
   co_return st;
 }
 
-asio::awaitable<Status> ClientConn::handshake() {
+asio::awaitable<Status> ClientConn::open_stream() {
   const auto& o = shared_.opts;
   std::error_code ec;
   auto endpoints = co_await resolver_.async_resolve(o.host, std::to_string(o.port),
@@ -225,7 +225,12 @@ asio::awaitable<Status> ClientConn::handshake() {
           fmt::format("TLS handshake with {}:{}: {}", o.host, o.port, ec.message()));
     }
   }
+  co_return Status::ok_status();
+}
 
+asio::awaitable<Result<HelloResponse>> ClientConn::exchange_hello() {
+  const auto& o = shared_.opts;
+  std::error_code ec;
   HelloRequest hello;
   hello.client_name = o.client_name.substr(0, kMaxNameBytes);
   hello.auth_token = o.auth_token;
@@ -254,6 +259,14 @@ asio::awaitable<Status> ClientConn::handshake() {
     co_return Status::failed_precondition(
         fmt::format("server chose protocol version {}", resp->version));
   }
+  co_return std::move(*resp);
+}
+
+asio::awaitable<Status> ClientConn::handshake() {
+  const auto& o = shared_.opts;
+  if (Status st = co_await open_stream(); !st.ok()) co_return st;
+  auto resp = co_await exchange_hello();
+  if (!resp.ok()) co_return resp.status();
   reader_->reset(FrameLimits{}, resp->version);
   std::shared_ptr<ClientShm> shm;
   if (o.shared_memory) {

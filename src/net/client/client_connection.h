@@ -177,6 +177,10 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
   asio::awaitable<Status> open_session();
 
   asio::awaitable<Status> handshake();
+  // The two halves of handshake(): resolve, connect and (with TLS) the TLS
+  // handshake; then Hello out and the server's answer checked.
+  asio::awaitable<Status> open_stream();
+  asio::awaitable<Result<HelloResponse>> exchange_hello();
 
   // Asks for the shared-memory path right after Hello. A server that
   // declines, or one on another host, leaves the session on TCP (null); only

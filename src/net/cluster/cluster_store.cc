@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
 
 #include "net/cluster/etcd_client.h"
@@ -28,6 +29,36 @@ struct NodeConn {
   std::mutex mu;
   std::vector<std::optional<uint16_t>> handles;  // by cluster namespace handle
 };
+
+// The elements of `all` at `positions`, in order: one node's share of a batch.
+template <typename T>
+std::vector<T> gather(std::span<const T> all, const std::vector<size_t>& positions) {
+  std::vector<T> out;
+  out.reserve(positions.size());
+  for (size_t i : positions) out.push_back(all[i]);
+  return out;
+}
+
+// What a put or get answers while the cluster has no node to ask.
+kv::PutResult refused_put() {
+  kv::PutResult r;
+  r.outcome = kv::PutResult::Outcome::kRefused;
+  r.refuse = kv::RefuseReason::kDiskError;
+  return r;
+}
+kv::GetResult unreachable_get() {
+  kv::GetResult r;
+  r.miss = kv::MissReason::kIoError;
+  return r;
+}
+
+// Puts a node's answers back at the batch positions they were asked for.
+template <typename T>
+void scatter(const std::vector<T>& answers, const std::vector<size_t>& positions,
+             std::vector<T>& out) {
+  for (size_t j = 0; j < positions.size() && j < answers.size(); ++j)
+    out[positions[j]] = answers[j];
+}
 
 // An immutable node set: placement and the connection of each node (same order).
 struct View {
@@ -208,13 +239,32 @@ struct ClusterStore::Impl {
     return Status::ok_status();
   }
 
-  // Runs fn(node index, positions) for each node that owns some of `keys`,
-  // in parallel; returns the first error.
+  // op(store, handle for `ns`) on the node that owns `key`; `no_nodes` when
+  // the cluster has none.
+  template <typename T, typename Op>
+  Result<T> call_owner(uint16_t ns, const kv::Key128& key, T no_nodes, Op&& op) {
+    KVTIER_RETURN_IF_ERROR(check_ns(ns));
+    auto v = snapshot();
+    if (v->conns.empty()) return no_nodes;
+    NodeConn& c = *v->conns[v->placement.owner(key)];
+    auto h = handle(c, ns);
+    if (!h.ok()) return h.status();
+    return op(*c.store, *h);
+  }
+
+  // Runs fn(node store, the node's handle for `ns`, positions) for each node
+  // that owns some of the `count` keys, in parallel; returns the first error.
   template <typename Fn>
-  Status for_each_owner(const View& v, size_t count, const std::function<kv::Key128(size_t)>& key,
-                        Fn&& fn) {
+  Status for_each_owner(const View& v, uint16_t ns, size_t count,
+                        const std::function<kv::Key128(size_t)>& key, Fn&& fn) {
     std::vector<std::vector<size_t>> groups(v.conns.size());
     for (size_t i = 0; i < count; ++i) groups[v.placement.owner(key(i))].push_back(i);
+    auto run = [&](size_t n) -> Status {
+      NodeConn& c = *v.conns[n];
+      auto h = handle(c, ns);
+      if (!h.ok()) return h.status();
+      return fn(*c.store, *h, groups[n]);
+    };
     std::vector<std::future<Status>> pending;
     Status first = Status::ok_status();
     size_t inline_node = v.conns.size();
@@ -224,9 +274,9 @@ struct ClusterStore::Impl {
         inline_node = n;
         continue;
       }
-      pending.push_back(std::async(std::launch::async, [&, n] { return fn(n, groups[n]); }));
+      pending.push_back(std::async(std::launch::async, [&, n] { return run(n); }));
     }
-    if (inline_node != v.conns.size()) first = fn(inline_node, groups[inline_node]);
+    if (inline_node != v.conns.size()) first = run(inline_node);
     for (auto& f : pending) {
       Status st = f.get();
       if (first.ok() && !st.ok()) first = st;
@@ -243,14 +293,9 @@ struct ClusterStore::Impl {
     if (v->conns.empty()) return size_t{0};
     std::atomic<size_t> total{0};
     Status st = for_each_owner(
-        *v, keys.size(), [&](size_t i) { return keys[i]; },
-        [&](size_t n, const std::vector<size_t>& idx) -> Status {
-          NodeConn& c = *v->conns[n];
-          auto h = handle(c, ns);
-          if (!h.ok()) return h.status();
-          std::vector<kv::Key128> sub;
-          for (size_t i : idx) sub.push_back(keys[i]);
-          auto r = op(*c.store, *h, sub);
+        *v, ns, keys.size(), [&](size_t i) { return keys[i]; },
+        [&](KvStore& node, uint16_t h, const std::vector<size_t>& idx) -> Status {
+          auto r = op(node, h, gather(keys, idx));
           if (!r.ok()) return r.status();
           total += *r;
           return Status::ok_status();
@@ -327,32 +372,13 @@ Result<uint16_t> ClusterStore::register_namespace(const kv::Namespace& ns) {
 }
 
 Result<kv::PutResult> ClusterStore::put(uint16_t ns, const kv::Key128& key, ByteView data) {
-  KVTIER_RETURN_IF_ERROR(impl_->check_ns(ns));
-  auto v = impl_->snapshot();
-  if (v->conns.empty()) {
-    kv::PutResult r;
-    r.outcome = kv::PutResult::Outcome::kRefused;
-    r.refuse = kv::RefuseReason::kDiskError;
-    return r;
-  }
-  NodeConn& c = *v->conns[v->placement.owner(key)];
-  auto h = impl_->handle(c, ns);
-  if (!h.ok()) return h.status();
-  return c.store->put(*h, key, data);
+  return impl_->call_owner(ns, key, refused_put(),
+                           [&](KvStore& node, uint16_t h) { return node.put(h, key, data); });
 }
 
 Result<kv::GetResult> ClusterStore::get(uint16_t ns, const kv::Key128& key, MutableByteView out) {
-  KVTIER_RETURN_IF_ERROR(impl_->check_ns(ns));
-  auto v = impl_->snapshot();
-  if (v->conns.empty()) {
-    kv::GetResult r;
-    r.miss = kv::MissReason::kIoError;
-    return r;
-  }
-  NodeConn& c = *v->conns[v->placement.owner(key)];
-  auto h = impl_->handle(c, ns);
-  if (!h.ok()) return h.status();
-  return c.store->get(*h, key, out);
+  return impl_->call_owner(ns, key, unreachable_get(),
+                           [&](KvStore& node, uint16_t h) { return node.get(h, key, out); });
 }
 
 Result<std::vector<kv::PutResult>> ClusterStore::batch_put(uint16_t ns,
@@ -362,28 +388,15 @@ Result<std::vector<kv::PutResult>> ClusterStore::batch_put(uint16_t ns,
   if (keys.size() != data.size()) {
     return Status::invalid_argument("batch_put: keys and data differ in length");
   }
-  std::vector<kv::PutResult> out(keys.size());
-  for (auto& r : out) {
-    r.outcome = kv::PutResult::Outcome::kRefused;
-    r.refuse = kv::RefuseReason::kDiskError;
-  }
+  std::vector<kv::PutResult> out(keys.size(), refused_put());
   auto v = impl_->snapshot();
   if (v->conns.empty()) return out;
   Status st = impl_->for_each_owner(
-      *v, keys.size(), [&](size_t i) { return keys[i]; },
-      [&](size_t n, const std::vector<size_t>& idx) -> Status {
-        NodeConn& c = *v->conns[n];
-        auto h = impl_->handle(c, ns);
-        if (!h.ok()) return h.status();
-        std::vector<kv::Key128> k;
-        std::vector<ByteView> d;
-        for (size_t i : idx) {
-          k.push_back(keys[i]);
-          d.push_back(data[i]);
-        }
-        auto r = c.store->batch_put(*h, k, d);
+      *v, ns, keys.size(), [&](size_t i) { return keys[i]; },
+      [&](KvStore& node, uint16_t h, const std::vector<size_t>& idx) -> Status {
+        auto r = node.batch_put(h, gather(keys, idx), gather(data, idx));
         if (!r.ok()) return r.status();
-        for (size_t j = 0; j < idx.size() && j < r->size(); ++j) out[idx[j]] = (*r)[j];
+        scatter(*r, idx, out);
         return Status::ok_status();
       });
   if (!st.ok()) return st;
@@ -393,21 +406,15 @@ Result<std::vector<kv::PutResult>> ClusterStore::batch_put(uint16_t ns,
 Result<std::vector<kv::GetResult>> ClusterStore::batch_get(
     uint16_t ns, std::span<const kv::BatchGetItem> items) {
   KVTIER_RETURN_IF_ERROR(impl_->check_ns(ns));
-  std::vector<kv::GetResult> out(items.size());
-  for (auto& r : out) r.miss = kv::MissReason::kIoError;
+  std::vector<kv::GetResult> out(items.size(), unreachable_get());
   auto v = impl_->snapshot();
   if (v->conns.empty()) return out;
   Status st = impl_->for_each_owner(
-      *v, items.size(), [&](size_t i) { return items[i].key; },
-      [&](size_t n, const std::vector<size_t>& idx) -> Status {
-        NodeConn& c = *v->conns[n];
-        auto h = impl_->handle(c, ns);
-        if (!h.ok()) return h.status();
-        std::vector<kv::BatchGetItem> sub;
-        for (size_t i : idx) sub.push_back(items[i]);
-        auto r = c.store->batch_get(*h, sub);
+      *v, ns, items.size(), [&](size_t i) { return items[i].key; },
+      [&](KvStore& node, uint16_t h, const std::vector<size_t>& idx) -> Status {
+        auto r = node.batch_get(h, gather(items, idx));
         if (!r.ok()) return r.status();
-        for (size_t j = 0; j < idx.size() && j < r->size(); ++j) out[idx[j]] = (*r)[j];
+        scatter(*r, idx, out);
         return Status::ok_status();
       });
   if (!st.ok()) return st;
@@ -424,14 +431,9 @@ Result<kv::MatchResult> ClusterStore::match_prefix(uint16_t ns, std::span<const 
   std::mutex first_miss_mu;
   size_t first_miss = keys.size();
   Status st = impl_->for_each_owner(
-      *v, keys.size(), [&](size_t i) { return keys[i]; },
-      [&](size_t n, const std::vector<size_t>& idx) -> Status {
-        NodeConn& c = *v->conns[n];
-        auto h = impl_->handle(c, ns);
-        if (!h.ok()) return h.status();
-        std::vector<kv::Key128> sub;
-        for (size_t i : idx) sub.push_back(keys[i]);
-        auto r = c.store->match_prefix(*h, sub);
+      *v, ns, keys.size(), [&](size_t i) { return keys[i]; },
+      [&](KvStore& node, uint16_t h, const std::vector<size_t>& idx) -> Status {
+        auto r = node.match_prefix(h, gather(keys, idx));
         if (!r.ok()) return r.status();
         size_t m = std::min(r->blocks, idx.size());
         for (size_t j = 0; j < m; ++j) {
@@ -457,13 +459,8 @@ Result<kv::MatchResult> ClusterStore::match_prefix(uint16_t ns, std::span<const 
 }
 
 Result<bool> ClusterStore::remove(uint16_t ns, const kv::Key128& key) {
-  KVTIER_RETURN_IF_ERROR(impl_->check_ns(ns));
-  auto v = impl_->snapshot();
-  if (v->conns.empty()) return false;
-  NodeConn& c = *v->conns[v->placement.owner(key)];
-  auto h = impl_->handle(c, ns);
-  if (!h.ok()) return h.status();
-  return c.store->remove(*h, key);
+  return impl_->call_owner(ns, key, false,
+                           [&](KvStore& node, uint16_t h) { return node.remove(h, key); });
 }
 
 Result<size_t> ClusterStore::pin(uint16_t ns, std::span<const kv::Key128> keys, uint64_t ttl_ms) {

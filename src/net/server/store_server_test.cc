@@ -32,6 +32,119 @@ using namespace kvtier::net::testing;  // NOLINT
 
 // ---- Round trips --------------------------------------------------------------------------
 
+// Single-object put and get: outcomes, short objects, misses by reason.
+void check_put_get(RemoteStore& client, uint16_t ns, uint16_t other) {
+  AlignedBuffer buf(kObj), out(kObj);
+  fill_payload(test_key(1), buf.view());
+  auto p = client.put(ns, test_key(1), buf.view());
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p->outcome, kv::PutResult::Outcome::kStored);
+  EXPECT_EQ(p->tier, kv::Tier::kRam);
+  EXPECT_EQ(client.put(ns, test_key(1), buf.view())->outcome,
+            kv::PutResult::Outcome::kDeduplicated);
+  auto g = client.get(ns, test_key(1), out.view());
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  EXPECT_TRUE(g->hit);
+  EXPECT_EQ(g->length, kObj);
+  EXPECT_TRUE(payload_matches(test_key(1), out.view()));
+  // A short object and a big buffer.
+  fill_payload(test_key(2), buf.subview(0, 1000));
+  ASSERT_TRUE(client.put(ns, test_key(2), ByteView(buf.data(), 1000))->stored());
+  AlignedBuffer big(4 * kObj);
+  g = client.get(ns, test_key(2), big.view());
+  ASSERT_TRUE(g->hit);
+  EXPECT_EQ(g->length, 1000u);
+  EXPECT_TRUE(payload_matches(test_key(2), ByteView(big.data(), 1000)));
+  // Misses and the other namespace.
+  g = client.get(ns, test_key(99), out.view());
+  EXPECT_FALSE(g->hit);
+  EXPECT_EQ(g->miss, kv::MissReason::kNotFound);
+  g = client.get(other, test_key(1), out.view());
+  EXPECT_FALSE(g->hit);
+  EXPECT_EQ(g->miss, kv::MissReason::kForeignNamespace);
+}
+
+// Bad input is an error, as with the in-process Store.
+void check_bad_input(RemoteStore& client, uint16_t ns) {
+  AlignedBuffer buf(kObj), out(kObj);
+  EXPECT_EQ(client.get(ns, test_key(1), out.subview(0, 100)).status().code(),
+            StatusCode::kInvalidArgument);  // buffer too small (server says so)
+  EXPECT_EQ(client.put(ns, kv::Key128{}, buf.view()).status().code(), StatusCode::kInvalidArgument);
+  AlignedBuffer huge(kObj + 1);
+  EXPECT_EQ(client.put(ns, test_key(3), huge.view()).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(client.get(77, test_key(1), out.view()).status().code(), StatusCode::kInvalidArgument);
+}
+
+// batch_put / batch_get over a chain of kN keys, then match_prefix over it
+// with a gap at 30; `keys` is the chain.
+constexpr int kN = 40;
+void check_batches_and_match(RemoteStore& client, uint16_t ns, std::vector<kv::Key128>& keys) {
+  std::vector<AlignedBuffer> objs;
+  std::vector<ByteView> views;
+  for (int i = 0; i < kN; ++i) {
+    objs.emplace_back(kObj);
+    keys.push_back(test_key(1000 + i));
+    fill_payload(keys.back(), objs.back().view());
+  }
+  for (auto& o : objs) views.push_back(o.view());
+  auto bp = client.batch_put(ns, keys, views);
+  ASSERT_TRUE(bp.ok()) << bp.status().to_string();
+  ASSERT_EQ(bp->size(), size_t(kN));
+  for (const auto& r : *bp) EXPECT_TRUE(r.stored());
+  std::vector<AlignedBuffer> outs;
+  std::vector<kv::BatchGetItem> items;
+  for (int i = 0; i < kN; ++i) outs.emplace_back(kObj);
+  for (int i = 0; i < kN; ++i) items.push_back({keys[i], outs[i].view()});
+  auto bg = client.batch_get(ns, items);
+  ASSERT_TRUE(bg.ok()) << bg.status().to_string();
+  ASSERT_EQ(bg->size(), size_t(kN));
+  for (int i = 0; i < kN; ++i) {
+    ASSERT_TRUE((*bg)[i].hit) << i;
+    EXPECT_TRUE(payload_matches(keys[i], outs[i].view())) << i;
+  }
+  // A batch with misses between hits: the hits' bytes land in their own buffers.
+  AlignedBuffer o1(kObj), o2(kObj), o3(kObj);
+  std::vector<kv::BatchGetItem> mixed{
+      {keys[0], o1.view()}, {test_key(5555), o2.view()}, {keys[5], o3.view()}};
+  auto mg = client.batch_get(ns, mixed);
+  ASSERT_TRUE(mg.ok());
+  EXPECT_TRUE((*mg)[0].hit);
+  EXPECT_FALSE((*mg)[1].hit);
+  EXPECT_TRUE((*mg)[2].hit);
+  EXPECT_TRUE(payload_matches(keys[0], o1.view()));
+  EXPECT_TRUE(payload_matches(keys[5], o3.view()));
+
+  // match_prefix over the chain with a gap at 30.
+  ASSERT_TRUE(*client.remove(ns, keys[30]));
+  EXPECT_FALSE(*client.remove(ns, keys[30]));
+  auto m = client.match_prefix(ns, keys);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->blocks, 30u);
+  EXPECT_EQ(m->tiers.size(), 30u);
+  EXPECT_EQ(m->ram_blocks + m->disk_blocks, 30u);
+}
+
+void check_stats(RemoteStore& client, StoreServer& server) {
+  auto st = client.stats();
+  ASSERT_TRUE(st.ok()) << st.status().to_string();
+  EXPECT_EQ(st->puts, server.store().local_stats().puts);
+  EXPECT_GE(st->puts, size_t(kN) + 2);
+  EXPECT_GE(st->hits_ram + st->hits_disk, size_t(kN));
+  EXPECT_GE(st->misses[static_cast<size_t>(kv::MissReason::kNotFound)], 1u);
+  EXPECT_TRUE(st->has_disk);
+  EXPECT_EQ(st->ram_slots, 64u);
+  auto counters = client.stat_counters();
+  ASSERT_TRUE(counters.ok());
+  bool saw_server = false;
+  for (const auto& c : *counters) saw_server |= c.name == "kvtier_server_connections_total";
+  EXPECT_TRUE(saw_server);
+  auto json = client.stats_json();
+  ASSERT_TRUE(json.ok()) << json.status().to_string();
+  auto j = nlohmann::json::parse(*json);
+  EXPECT_EQ(j["counters"]["kvtier_store_puts_total"].get<uint64_t>(), st->puts);
+  EXPECT_EQ(j["server"]["port"].get<uint16_t>(), server.port());
+}
+
 TEST(StoreServer, EveryOperationRoundTrips) {
   auto server = start_server();
   ASSERT_TRUE(server);
@@ -48,93 +161,11 @@ TEST(StoreServer, EveryOperationRoundTrips) {
   bad.model_id.clear();
   EXPECT_EQ(client->register_namespace(bad).status().code(), StatusCode::kInvalidArgument);
 
-  AlignedBuffer buf(kObj), out(kObj);
-  // put / get
-  fill_payload(test_key(1), buf.view());
-  auto p = client->put(*ns, test_key(1), buf.view());
-  ASSERT_TRUE(p.ok()) << p.status().to_string();
-  EXPECT_EQ(p->outcome, kv::PutResult::Outcome::kStored);
-  EXPECT_EQ(p->tier, kv::Tier::kRam);
-  EXPECT_EQ(client->put(*ns, test_key(1), buf.view())->outcome,
-            kv::PutResult::Outcome::kDeduplicated);
-  auto g = client->get(*ns, test_key(1), out.view());
-  ASSERT_TRUE(g.ok()) << g.status().to_string();
-  EXPECT_TRUE(g->hit);
-  EXPECT_EQ(g->length, kObj);
-  EXPECT_TRUE(payload_matches(test_key(1), out.view()));
-  // A short object and a big buffer.
-  fill_payload(test_key(2), buf.subview(0, 1000));
-  ASSERT_TRUE(client->put(*ns, test_key(2), ByteView(buf.data(), 1000))->stored());
-  AlignedBuffer big(4 * kObj);
-  g = client->get(*ns, test_key(2), big.view());
-  ASSERT_TRUE(g->hit);
-  EXPECT_EQ(g->length, 1000u);
-  EXPECT_TRUE(payload_matches(test_key(2), ByteView(big.data(), 1000)));
-  // Misses and the other namespace.
-  g = client->get(*ns, test_key(99), out.view());
-  EXPECT_FALSE(g->hit);
-  EXPECT_EQ(g->miss, kv::MissReason::kNotFound);
-  g = client->get(*other, test_key(1), out.view());
-  EXPECT_FALSE(g->hit);
-  EXPECT_EQ(g->miss, kv::MissReason::kForeignNamespace);
-
-  // Bad input is an error, as with the in-process Store.
-  EXPECT_EQ(client->get(*ns, test_key(1), out.subview(0, 100)).status().code(),
-            StatusCode::kInvalidArgument);  // buffer too small (server says so)
-  EXPECT_EQ(client->put(*ns, kv::Key128{}, buf.view()).status().code(),
-            StatusCode::kInvalidArgument);
-  AlignedBuffer huge(kObj + 1);
-  EXPECT_EQ(client->put(*ns, test_key(3), huge.view()).status().code(),
-            StatusCode::kInvalidArgument);
-  EXPECT_EQ(client->get(77, test_key(1), out.view()).status().code(), StatusCode::kInvalidArgument);
-
-  // batch_put / batch_get, with a chain of keys.
-  constexpr int kN = 40;
-  std::vector<AlignedBuffer> objs;
+  check_put_get(*client, *ns, *other);
+  check_bad_input(*client, *ns);
   std::vector<kv::Key128> keys;
-  std::vector<ByteView> views;
-  for (int i = 0; i < kN; ++i) {
-    objs.emplace_back(kObj);
-    keys.push_back(test_key(1000 + i));
-    fill_payload(keys.back(), objs.back().view());
-  }
-  for (auto& o : objs) views.push_back(o.view());
-  auto bp = client->batch_put(*ns, keys, views);
-  ASSERT_TRUE(bp.ok()) << bp.status().to_string();
-  ASSERT_EQ(bp->size(), size_t(kN));
-  for (const auto& r : *bp) EXPECT_TRUE(r.stored());
-  std::vector<AlignedBuffer> outs;
-  std::vector<kv::BatchGetItem> items;
-  for (int i = 0; i < kN; ++i) outs.emplace_back(kObj);
-  for (int i = 0; i < kN; ++i) items.push_back({keys[i], outs[i].view()});
-  auto bg = client->batch_get(*ns, items);
-  ASSERT_TRUE(bg.ok()) << bg.status().to_string();
-  ASSERT_EQ(bg->size(), size_t(kN));
-  for (int i = 0; i < kN; ++i) {
-    ASSERT_TRUE((*bg)[i].hit) << i;
-    EXPECT_TRUE(payload_matches(keys[i], outs[i].view())) << i;
-  }
-  // A batch with misses between hits: the hits' bytes land in their own buffers.
-  AlignedBuffer o1(kObj), o2(kObj), o3(kObj);
-  std::vector<kv::BatchGetItem> mixed{
-      {keys[0], o1.view()}, {test_key(5555), o2.view()}, {keys[5], o3.view()}};
-  auto mg = client->batch_get(*ns, mixed);
-  ASSERT_TRUE(mg.ok());
-  EXPECT_TRUE((*mg)[0].hit);
-  EXPECT_FALSE((*mg)[1].hit);
-  EXPECT_TRUE((*mg)[2].hit);
-  EXPECT_TRUE(payload_matches(keys[0], o1.view()));
-  EXPECT_TRUE(payload_matches(keys[5], o3.view()));
-
-  // match_prefix over the chain with a gap at 30.
-  ASSERT_TRUE(*client->remove(*ns, keys[30]));
-  EXPECT_FALSE(*client->remove(*ns, keys[30]));
-  auto m = client->match_prefix(*ns, keys);
-  ASSERT_TRUE(m.ok());
-  EXPECT_EQ(m->blocks, 30u);
-  EXPECT_EQ(m->tiers.size(), 30u);
-  EXPECT_EQ(m->ram_blocks + m->disk_blocks, 30u);
-
+  check_batches_and_match(*client, *ns, keys);
+  if (HasFatalFailure()) return;
   // pin / unpin
   std::vector<kv::Key128> first(keys.begin(), keys.begin() + 4);
   auto pn = client->pin(*ns, first, 60000);
@@ -143,26 +174,7 @@ TEST(StoreServer, EveryOperationRoundTrips) {
   auto un = client->unpin(*ns, first);
   ASSERT_TRUE(un.ok());
   EXPECT_EQ(*un, *pn);
-
-  // stats
-  auto st = client->stats();
-  ASSERT_TRUE(st.ok()) << st.status().to_string();
-  EXPECT_EQ(st->puts, server->store().local_stats().puts);
-  EXPECT_GE(st->puts, size_t(kN) + 2);
-  EXPECT_GE(st->hits_ram + st->hits_disk, size_t(kN));
-  EXPECT_GE(st->misses[static_cast<size_t>(kv::MissReason::kNotFound)], 1u);
-  EXPECT_TRUE(st->has_disk);
-  EXPECT_EQ(st->ram_slots, 64u);
-  auto counters = client->stat_counters();
-  ASSERT_TRUE(counters.ok());
-  bool saw_server = false;
-  for (const auto& c : *counters) saw_server |= c.name == "kvtier_server_connections_total";
-  EXPECT_TRUE(saw_server);
-  auto json = client->stats_json();
-  ASSERT_TRUE(json.ok()) << json.status().to_string();
-  auto j = nlohmann::json::parse(*json);
-  EXPECT_EQ(j["counters"]["kvtier_store_puts_total"].get<uint64_t>(), st->puts);
-  EXPECT_EQ(j["server"]["port"].get<uint16_t>(), server->port());
+  check_stats(*client, *server);
 }
 
 TEST(StoreServer, LargeRequestsAreSplitToTheServerLimitsAndPipelined) {
@@ -457,6 +469,37 @@ TEST(StoreServer, RequestBeforeHelloIsRefused) {
   EXPECT_TRUE(raw.closed_by_peer());
 }
 
+// The server's answer to a malformed frame: one ErrorResponse whose message
+// starts with the error's class (and the request id it names), then the
+// connection closed.
+void expect_error_and_close(RawClient& raw, const std::string& error_class,
+                            uint64_t* request_id = nullptr) {
+  auto f = raw.read_frame();
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  if (request_id) *request_id = f->header.request_id;
+  auto e = ErrorResponse::decode(f->descriptor);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->message.rfind(error_class, 0), 0u) << e->message;
+  EXPECT_TRUE(raw.closed_by_peer());
+}
+
+// Registers the test namespace on `raw`, then sends a 4 KiB put of `key`
+// whose last data byte no longer matches the frame's CRC.
+void send_put_with_damaged_data(RawClient& raw, const kv::Key128& key) {
+  ASSERT_TRUE(raw.send_message(RegisterNamespaceRequest{test_namespace()}, 2));
+  auto r = raw.read_frame();
+  ASSERT_TRUE(r.ok());
+  uint16_t h = RegisterNamespaceResponse::decode(r->descriptor)->handle;
+  AlignedBuffer obj(4096);
+  fill_payload(key, obj.view());
+  ByteView part = obj.view();
+  auto frame =
+      encode_message_frame(PutRequest{h, key, 4096}, 3, std::span<const ByteView>(&part, 1));
+  ASSERT_TRUE(frame.ok());
+  (*frame)[frame->size() - 1] ^= std::byte{1};  // damage the last data byte
+  ASSERT_TRUE(raw.send(*frame));
+}
+
 TEST(StoreServer, MalformedAndOversizedFramesCloseOnlyThatConnection) {
   auto server = start_server();
   ASSERT_TRUE(server);
@@ -473,12 +516,7 @@ TEST(StoreServer, MalformedAndOversizedFramesCloseOnlyThatConnection) {
     // foreign greeting waits for the Hello timeout instead.)
     std::string http = "GET /metrics HTTP/1.1\r\nHost: localhost\r\nUser-Agent: curl\r\n\r\n";
     raw.send(ByteView(reinterpret_cast<const std::byte*>(http.data()), http.size()));
-    auto f = raw.read_frame();
-    ASSERT_TRUE(f.ok()) << f.status().to_string();
-    auto e = ErrorResponse::decode(f->descriptor);
-    ASSERT_TRUE(e.ok());
-    EXPECT_EQ(e->message.rfind("bad_magic", 0), 0u) << e->message;
-    EXPECT_TRUE(raw.closed_by_peer());
+    expect_error_and_close(raw, "bad_magic");
   }
   // 2. After Hello: a header announcing more data than the server accepts.
   {
@@ -492,13 +530,9 @@ TEST(StoreServer, MalformedAndOversizedFramesCloseOnlyThatConnection) {
     std::byte hdr[kFrameHeaderSize];
     encode_header(h, std::span<std::byte, kFrameHeaderSize>(hdr));
     ASSERT_TRUE(raw.send(ByteView(hdr, sizeof hdr)));
-    auto f = raw.read_frame();
-    ASSERT_TRUE(f.ok()) << f.status().to_string();
-    EXPECT_EQ(f->header.request_id, 0u);  // the header failed its checks: id unknown
-    auto e = ErrorResponse::decode(f->descriptor);
-    ASSERT_TRUE(e.ok());
-    EXPECT_EQ(e->message.rfind("data_too_large", 0), 0u) << e->message;
-    EXPECT_TRUE(raw.closed_by_peer());
+    uint64_t answered_id = 1;
+    expect_error_and_close(raw, "data_too_large", &answered_id);
+    EXPECT_EQ(answered_id, 0u);  // the header failed its checks: id unknown
   }
   // 3. Before Hello, even a modest descriptor is too large (nothing big is
   //    allocated for a peer that has not authenticated).
@@ -510,31 +544,14 @@ TEST(StoreServer, MalformedAndOversizedFramesCloseOnlyThatConnection) {
     std::byte hdr[kFrameHeaderSize];
     encode_header(h, std::span<std::byte, kFrameHeaderSize>(hdr));
     ASSERT_TRUE(raw.send(ByteView(hdr, sizeof hdr)));
-    auto f = raw.read_frame();
-    ASSERT_TRUE(f.ok());
-    EXPECT_EQ(ErrorResponse::decode(f->descriptor)->message.rfind("descriptor_too_large", 0), 0u);
-    EXPECT_TRUE(raw.closed_by_peer());
+    expect_error_and_close(raw, "descriptor_too_large");
   }
   // 4. A data section whose CRC does not match: nothing is stored.
   {
     RawClient raw(server->port());
     ASSERT_TRUE(raw.hello());
-    ASSERT_TRUE(raw.send_message(RegisterNamespaceRequest{test_namespace()}, 2));
-    auto r = raw.read_frame();
-    ASSERT_TRUE(r.ok());
-    uint16_t h = RegisterNamespaceResponse::decode(r->descriptor)->handle;
-    AlignedBuffer obj(4096);
-    fill_payload(test_key(777), obj.view());
-    ByteView part = obj.view();
-    auto frame = encode_message_frame(PutRequest{h, test_key(777), 4096}, 3,
-                                      std::span<const ByteView>(&part, 1));
-    ASSERT_TRUE(frame.ok());
-    (*frame)[frame->size() - 1] ^= std::byte{1};  // damage the last data byte
-    ASSERT_TRUE(raw.send(*frame));
-    auto f = raw.read_frame();
-    ASSERT_TRUE(f.ok());
-    EXPECT_EQ(ErrorResponse::decode(f->descriptor)->message.rfind("data_crc_mismatch", 0), 0u);
-    EXPECT_TRUE(raw.closed_by_peer());
+    send_put_with_damaged_data(raw, test_key(777));
+    expect_error_and_close(raw, "data_crc_mismatch");
     EXPECT_FALSE(client->get(ns, test_key(777), out.view())->hit);
   }
   // 5. A descriptor that lies about its list count.
@@ -546,11 +563,7 @@ TEST(StoreServer, MalformedAndOversizedFramesCloseOnlyThatConnection) {
     std::vector<std::byte> out_frame;
     ASSERT_TRUE(encode_frame_prefix(MessageType::kMatchPrefixRequest, 5, desc, {}, out_frame).ok());
     ASSERT_TRUE(raw.send(out_frame));
-    auto f = raw.read_frame();
-    ASSERT_TRUE(f.ok());
-    EXPECT_EQ(ErrorResponse::decode(f->descriptor)->message.rfind("count_exceeds_remaining", 0),
-              0u);
-    EXPECT_TRUE(raw.closed_by_peer());
+    expect_error_and_close(raw, "count_exceeds_remaining");
   }
 
   // The well-behaved client never noticed, and the block is intact.

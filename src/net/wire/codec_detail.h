@@ -190,26 +190,34 @@ class Reader {
     s.assign(reinterpret_cast<const char*>(in_.data() + pos_), len);
     pos_ += len;
   }
-  // The count is checked against its limit and against the bytes left
-  // (each item takes at least min_item_bytes) before anything is allocated.
-  template <typename T, typename Fn>
-  void items(std::vector<T>& v, uint32_t max, size_t min_item_bytes, const char* f, Fn&& fn) {
+  // Reads a 4-byte item count and checks it against its limit and against
+  // the bytes left (each item takes at least min_item_bytes), so that nothing
+  // is allocated for a count the message cannot hold. False when the reader
+  // has failed.
+  bool count(uint32_t max, size_t min_item_bytes, const char* f, uint64_t& n) {
     size_t at = pos_;
-    if (!need(4, f)) return;
-    uint64_t n = get(4);
+    if (!need(4, f)) return false;
+    n = get(4);
     if (n > max) {
-      return fail(perr(ProtocolError::kCountTooLarge,
-                       std::string(f) + " count " + std::to_string(n) + " at offset " +
-                           std::to_string(at) + " exceeds limit " + std::to_string(max)));
+      fail(perr(ProtocolError::kCountTooLarge, std::string(f) + " count " + std::to_string(n) +
+                                                   " at offset " + std::to_string(at) +
+                                                   " exceeds limit " + std::to_string(max)));
+      return false;
     }
     size_t left = in_.size() - pos_;
     if (n * min_item_bytes > left) {
-      return fail(perr(ProtocolError::kCountExceedsRemaining,
-                       std::string(f) + " count " + std::to_string(n) + " at offset " +
-                           std::to_string(at) + " needs at least " +
-                           std::to_string(n * min_item_bytes) + " bytes, " + std::to_string(left) +
-                           " left"));
+      fail(perr(ProtocolError::kCountExceedsRemaining,
+                std::string(f) + " count " + std::to_string(n) + " at offset " +
+                    std::to_string(at) + " needs at least " + std::to_string(n * min_item_bytes) +
+                    " bytes, " + std::to_string(left) + " left"));
+      return false;
     }
+    return true;
+  }
+  template <typename T, typename Fn>
+  void items(std::vector<T>& v, uint32_t max, size_t min_item_bytes, const char* f, Fn&& fn) {
+    uint64_t n = 0;
+    if (!count(max, min_item_bytes, f, n)) return;
     v.clear();
     v.resize(n);
     for (T& x : v) {
@@ -220,21 +228,8 @@ class Reader {
   // The Reader side of Writer::keys: the same count checks as items(), then
   // one pass.
   void keys(std::vector<kv::Key128>& v, uint32_t max, const char* f) {
-    size_t at = pos_;
-    if (!need(4, f)) return;
-    uint64_t n = get(4);
-    if (n > max) {
-      return fail(perr(ProtocolError::kCountTooLarge,
-                       std::string(f) + " count " + std::to_string(n) + " at offset " +
-                           std::to_string(at) + " exceeds limit " + std::to_string(max)));
-    }
-    size_t left = in_.size() - pos_;
-    if (n * 16 > left) {
-      return fail(perr(ProtocolError::kCountExceedsRemaining,
-                       std::string(f) + " count " + std::to_string(n) + " at offset " +
-                           std::to_string(at) + " needs at least " + std::to_string(n * 16) +
-                           " bytes, " + std::to_string(left) + " left"));
-    }
+    uint64_t n = 0;
+    if (!count(max, 16, f, n)) return;
     v.resize(n);
     const std::byte* p = in_.data() + pos_;
     if constexpr (kKeysAreWireLayout) {
