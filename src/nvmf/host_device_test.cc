@@ -14,6 +14,7 @@
 
 #include "blk/dev/mem_device.h"
 #include "blk/stack/faulty_device.h"
+#include "blk/testing/test_util.h"
 #include "common/testing/eventually.h"
 #include "nvmf/target.h"
 #include "nvmf/testing/one_namespace.h"
@@ -82,41 +83,23 @@ TEST(NvmeTcpDevice, ReadsGoOutWithoutAThreadEachAndAllCallBack) {
   auto matches = [&](const AlignedBuffer& b, uint64_t off) {
     return std::memcmp(b.data(), dev->raw().data() + off, b.size()) == 0;
   };
-  std::mutex mu;
-  std::condition_variable cv;
   AlignedBuffer buf(64 << 10);
+  blk::testing::Completions reads;
   for (int i = 0; i < 20; ++i) {
-    bool done = false;
-    Status got = Status::internal("not called");
-    (*h)->read(uint64_t(i) << 16, buf.view(), [&](Status st) {
-      std::lock_guard lk(mu);
-      got = st;
-      done = true;
-      cv.notify_all();
-    });
-    std::unique_lock lk(mu);
-    cv.wait(lk, [&] { return done; });
-    ASSERT_TRUE(got.ok()) << got.to_string();
+    (*h)->read(uint64_t(i) << 16, buf.view(), [&](Status st) { reads.done(st); });
+    ASSERT_TRUE(reads.wait_for(i + 1)) << "read " << i << " never called back";
+    ASSERT_EQ(reads.failed(), 0u) << reads.last_error().to_string();
     EXPECT_TRUE(matches(buf, uint64_t(i) << 16)) << i;
   }
   EXPECT_EQ((*h)->async_reads(), 20u);
 
   AlignedBuffer inner(4096);
-  bool inner_done = false;
-  Status inner_st = Status::internal("not called");
+  blk::testing::Completions inner_read;
   (*h)->read(0, buf.view(), [&](Status) {
-    (*h)->read(8192, inner.view(), [&](Status st) {
-      std::lock_guard lk(mu);
-      inner_st = st;
-      inner_done = true;
-      cv.notify_all();
-    });
+    (*h)->read(8192, inner.view(), [&](Status st) { inner_read.done(st); });
   });
-  {
-    std::unique_lock lk(mu);
-    cv.wait(lk, [&] { return inner_done; });
-  }
-  EXPECT_TRUE(inner_st.ok()) << inner_st.to_string();
+  ASSERT_TRUE(inner_read.wait_for(1)) << "the read issued from a callback never called back";
+  EXPECT_EQ(inner_read.failed(), 0u) << inner_read.last_error().to_string();
   EXPECT_TRUE(matches(inner, 8192));
 
   std::atomic<int> called{0};
