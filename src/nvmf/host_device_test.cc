@@ -67,6 +67,24 @@ TEST(NvmeTcpDevice, WritesReadsFlushesTrimsThroughOwnTarget) {
   EXPECT_FALSE((*h)->read_sync(16 << 20, r.subview(0, 4096)).ok());
 }
 
+// A target serving `dev`, and a host connected to it over one I/O queue
+// (destroyed host first).
+struct OneQueueSetup {
+  std::unique_ptr<NvmfTarget> target;
+  std::unique_ptr<NvmeTcpDevice> host;
+};
+
+void connect_one_queue(std::shared_ptr<blk::BlockDevice> dev, OneQueueSetup& setup) {
+  auto t = NvmfTarget::start(target_config(std::move(dev), 0));
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  setup.target = std::move(*t);
+  HostOptions o = host_options(setup.target->port());
+  o.io_queues = 1;
+  auto h = NvmeTcpDevice::connect(o);
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  setup.host = std::move(*h);
+}
+
 // Reads of one command go out from the caller's thread and call back from
 // the queue's receiver: counted as such, one at a time; a read issued from
 // inside a callback still completes (it takes a submitter thread); and a
@@ -74,29 +92,27 @@ TEST(NvmeTcpDevice, WritesReadsFlushesTrimsThroughOwnTarget) {
 TEST(NvmeTcpDevice, ReadsGoOutWithoutAThreadEachAndAllCallBack) {
   auto dev = std::make_shared<blk::MemDevice>(16 << 20, 4096, 1);
   for (size_t i = 0; i < dev->raw().size(); ++i) dev->raw()[i] = std::byte(i * 7 + (i >> 12));
-  auto t = NvmfTarget::start(target_config(dev, 0));
-  ASSERT_TRUE(t.ok());
-  HostOptions o = host_options((*t)->port());
-  o.io_queues = 1;
-  auto h = NvmeTcpDevice::connect(o);
-  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  OneQueueSetup setup;
+  connect_one_queue(dev, setup);
+  if (HasFatalFailure()) return;
+  NvmeTcpDevice& host = *setup.host;
   auto matches = [&](const AlignedBuffer& b, uint64_t off) {
     return std::memcmp(b.data(), dev->raw().data() + off, b.size()) == 0;
   };
   AlignedBuffer buf(64 << 10);
   blk::testing::Completions reads;
   for (int i = 0; i < 20; ++i) {
-    (*h)->read(uint64_t(i) << 16, buf.view(), [&](Status st) { reads.done(st); });
+    host.read(uint64_t(i) << 16, buf.view(), [&](Status st) { reads.done(st); });
     ASSERT_TRUE(reads.wait_for(i + 1)) << "read " << i << " never called back";
     ASSERT_EQ(reads.failed(), 0u) << reads.last_error().to_string();
     EXPECT_TRUE(matches(buf, uint64_t(i) << 16)) << i;
   }
-  EXPECT_EQ((*h)->async_reads(), 20u);
+  EXPECT_EQ(host.async_reads(), 20u);
 
   AlignedBuffer inner(4096);
   blk::testing::Completions inner_read;
-  (*h)->read(0, buf.view(), [&](Status) {
-    (*h)->read(8192, inner.view(), [&](Status st) { inner_read.done(st); });
+  host.read(0, buf.view(), [&](Status) {
+    host.read(8192, inner.view(), [&](Status st) { inner_read.done(st); });
   });
   ASSERT_TRUE(inner_read.wait_for(1)) << "the read issued from a callback never called back";
   EXPECT_EQ(inner_read.failed(), 0u) << inner_read.last_error().to_string();
@@ -106,9 +122,9 @@ TEST(NvmeTcpDevice, ReadsGoOutWithoutAThreadEachAndAllCallBack) {
   std::vector<AlignedBuffer> bufs;
   for (int i = 0; i < 32; ++i) bufs.emplace_back(64 << 10);
   for (int i = 0; i < 32; ++i) {
-    (*h)->read(uint64_t(i) << 16, bufs[i].view(), [&](Status) { called.fetch_add(1); });
+    host.read(uint64_t(i) << 16, bufs[i].view(), [&](Status) { called.fetch_add(1); });
   }
-  h->reset();
+  setup.host.reset();
   EXPECT_EQ(called.load(), 32);
 }
 
@@ -122,12 +138,10 @@ TEST(NvmeTcpDevice, OneSubmitterKeepsTheQueueDepthInTheDevice) {
   for (size_t i = 0; i < mem->raw().size(); ++i) mem->raw()[i] = std::byte(i / 4096 + 1);
   auto slow = std::make_shared<blk::FaultyDevice>(mem);
   slow->set_latency(100ms);
-  auto t = NvmfTarget::start(target_config(slow, 0));
-  ASSERT_TRUE(t.ok());
-  HostOptions o = host_options((*t)->port());
-  o.io_queues = 1;
-  auto h = NvmeTcpDevice::connect(o);
-  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  OneQueueSetup setup;
+  connect_one_queue(slow, setup);
+  if (HasFatalFailure()) return;
+  NvmeTcpDevice& host = *setup.host;
 
   constexpr int kOps = 16;
   std::vector<AlignedBuffer> reads, writes;
@@ -146,8 +160,8 @@ TEST(NvmeTcpDevice, OneSubmitterKeepsTheQueueDepthInTheDevice) {
     cv.notify_all();
   };
   for (int i = 0; i < kOps; ++i) {
-    (*h)->read(uint64_t(i) * 4096, reads[i].view(), cb);
-    (*h)->write(uint64_t(128 + i) * 4096, writes[i].view(), cb);
+    host.read(uint64_t(i) * 4096, reads[i].view(), cb);
+    host.write(uint64_t(128 + i) * 4096, writes[i].view(), cb);
   }
   {
     std::unique_lock lk(mu);
@@ -159,7 +173,7 @@ TEST(NvmeTcpDevice, OneSubmitterKeepsTheQueueDepthInTheDevice) {
     EXPECT_EQ(reads[i].data()[4095], std::byte(i + 1)) << i;
     EXPECT_EQ(mem->raw()[(128 + i) * 4096 + 7], std::byte(0xA0 + i)) << i;
   }
-  EXPECT_GE((*h)->peak_in_flight(), 8u);
+  EXPECT_GE(host.peak_in_flight(), 8u);
 }
 
 // A device error fails only the command that hit it; the queue goes on.
