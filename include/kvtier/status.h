@@ -103,4 +103,16 @@ class [[nodiscard]] Result {
     if (!_st.ok()) return _st;       \
   } while (0)
 
+// `KVTIER_ASSIGN_OR_RETURN(auto v, f());` declares v from f()'s value, or
+// returns f()'s status from the enclosing function (which returns a Status or
+// any Result).
+#define KVTIER_ASSIGN_OR_RETURN(lhs, rexpr) \
+  KVTIER_ASSIGN_OR_RETURN_IMPL_(KVTIER_CONCAT_(kvtier_result_, __LINE__), lhs, rexpr)
+#define KVTIER_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, rexpr) \
+  auto tmp = (rexpr);                                  \
+  if (!tmp.ok()) return std::move(tmp).status();       \
+  lhs = std::move(tmp).value()
+#define KVTIER_CONCAT_(a, b) KVTIER_CONCAT_INNER_(a, b)
+#define KVTIER_CONCAT_INNER_(a, b) a##b
+
 }  // namespace kvtier

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/trace_loaders.h"
+#include "bench/trace_record.h"
 
 namespace kvtier::bench {
 namespace {
@@ -32,26 +33,16 @@ struct Parsed {
 std::string parse_request(const nlohmann::json& r, uint32_t block_size, bool local_ids,
                           uint64_t file_ordinal, Parsed* out) {
   if (!r.is_object()) return "request not a JSON object";
-  const auto t = r.find("t");
-  const auto in = r.find("in");
-  const auto outl = r.find("out");
-  const auto ids = r.find("hash_ids");
-  if (t == r.end() || in == r.end() || outl == r.end() || ids == r.end()) {
-    return "missing field (t, in, out or hash_ids)";
+  TraceRequestFields f;
+  std::string why = read_request_fields(r, {"t", "in", "out"}, &f);
+  if (!why.empty()) return why;
+  const nlohmann::json* ids = f.hash_ids;
+  if (ids->size() != f.input_tokens / block_size) {
+    return "hash_ids length is not floor(in / block_size)";
   }
-  if (!t->is_number() || !in->is_number_unsigned() || !outl->is_number_unsigned() ||
-      !ids->is_array()) {
-    return "mistyped field";
-  }
-  const double ts = t->get<double>();
-  if (!std::isfinite(ts) || ts < 0) return "negative or non-finite t";
-  const uint64_t input = in->get<uint64_t>(), output = outl->get<uint64_t>();
-  if (input == 0) return "empty prompt (in 0)";
-  if (input > UINT32_MAX || output > UINT32_MAX) return "length out of range";
-  if (ids->size() != input / block_size) return "hash_ids length is not floor(in / block_size)";
-  out->t = ts;
-  out->req.prompt_tokens = static_cast<uint32_t>(input);
-  out->req.output_tokens = static_cast<uint32_t>(output);
+  out->t = f.time;
+  out->req.prompt_tokens = f.input_tokens;
+  out->req.output_tokens = f.output_tokens;
   out->req.block_ids.reserve(ids->size());
   for (const auto& id : *ids) {
     if (!id.is_number_unsigned()) return "hash id not a non-negative integer";

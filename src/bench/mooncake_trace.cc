@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/trace_loaders.h"
+#include "bench/trace_record.h"
 
 namespace kvtier::bench {
 namespace {
@@ -35,28 +36,16 @@ std::string parse_record(const std::string& line, Record* out) {
   nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return "not valid JSON";
   if (!j.is_object()) return "not a JSON object";
-  const auto ts = j.find("timestamp");
-  const auto in = j.find("input_length");
-  const auto outl = j.find("output_length");
-  const auto ids = j.find("hash_ids");
-  if (ts == j.end() || in == j.end() || outl == j.end() || ids == j.end()) {
-    return "missing field";
-  }
-  if (!ts->is_number() || !in->is_number_unsigned() || !outl->is_number_unsigned() ||
-      !ids->is_array()) {
-    return "mistyped field";
-  }
-  const double ts_ms = ts->get<double>();
-  if (!std::isfinite(ts_ms) || ts_ms < 0) return "negative or non-finite timestamp";
-  const uint64_t input = in->get<uint64_t>(), output = outl->get<uint64_t>();
-  if (input == 0) return "empty prompt (input_length 0)";
-  if (input > UINT32_MAX || output > UINT32_MAX) return "length out of range";
-  const uint64_t blocks = (input + kMooncakeBlockTokens - 1) / kMooncakeBlockTokens;
+  TraceRequestFields f;
+  std::string why = read_request_fields(j, {"timestamp", "input_length", "output_length"}, &f);
+  if (!why.empty()) return why;
+  const nlohmann::json* ids = f.hash_ids;
+  const uint64_t blocks = (f.input_tokens + kMooncakeBlockTokens - 1) / kMooncakeBlockTokens;
   if (ids->size() != blocks) return "hash_ids length is not ceil(input_length / 512)";
-  out->timestamp_ms = ts_ms;
-  out->input_length = static_cast<uint32_t>(input);
-  out->output_length = static_cast<uint32_t>(output);
-  const size_t full = input / kMooncakeBlockTokens;
+  out->timestamp_ms = f.time;
+  out->input_length = f.input_tokens;
+  out->output_length = f.output_tokens;
+  const size_t full = f.input_tokens / kMooncakeBlockTokens;
   out->full_blocks.clear();
   out->full_blocks.reserve(full);
   for (size_t i = 0; i < ids->size(); ++i) {

@@ -163,22 +163,16 @@ Status measure_member_limits(const RaidBenchOptions& o, const std::vector<std::s
   const std::vector<std::string> two(paths.begin(), paths.begin() + 2);
   const uint64_t S = o.strip_bytes;
   const unsigned Q = o.queue_depth;
-  auto members = open_members(paths, o.member_bytes);
-  if (!members.ok()) return members.status();
-  members->clear();
+  // Opened (created at their size) and closed again, for fio.
+  KVTIER_RETURN_IF_ERROR(open_members(paths, o.member_bytes).status());
   if (o.progress)
     o.progress("fio: sequential write on 2 members at once (also lays the files out)");
-  auto write2 = fio_all(two, "write", S, Q, o.member_bytes, o.seconds);
-  if (!write2.ok()) return write2.status();
-  f->fio_write_2 = *write2;
+  KVTIER_ASSIGN_OR_RETURN(f->fio_write_2, fio_all(two, "write", S, Q, o.member_bytes, o.seconds));
   // Fill the third and later members too.
   std::vector<std::string> rest(paths.begin() + 2, paths.end());
-  auto fill = fio_all(rest, "write", S, Q, o.member_bytes, o.seconds);
-  if (!fill.ok()) return fill.status();
+  KVTIER_RETURN_IF_ERROR(fio_all(rest, "write", S, Q, o.member_bytes, o.seconds).status());
   if (o.progress) o.progress("fio: sequential read on 2 members at once");
-  auto read2 = fio_all(two, "read", S, Q, o.member_bytes, o.seconds);
-  if (!read2.ok()) return read2.status();
-  f->fio_read_2 = *read2;
+  KVTIER_ASSIGN_OR_RETURN(f->fio_read_2, fio_all(two, "read", S, Q, o.member_bytes, o.seconds));
   return Status::ok_status();
 }
 
@@ -190,27 +184,18 @@ Status measure_raid0(const RaidBenchOptions& o, const std::vector<std::string>& 
   const uint64_t S = o.strip_bytes;
   const unsigned Q = o.queue_depth;
   {
-    auto m = open_members(two, o.member_bytes);
-    if (!m.ok()) return m.status();
-    auto r0 = blk::Raid0::create(*m, S);
-    if (!r0.ok()) return r0.status();
+    KVTIER_ASSIGN_OR_RETURN(auto members, open_members(two, o.member_bytes));
+    KVTIER_ASSIGN_OR_RETURN(auto r0, blk::Raid0::create(members, S));
     if (o.progress) o.progress("raid0 x2: sequential read");
-    auto r = drive(**r0, false, 2 * S, Q, (*r0)->capacity(), o.seconds);
-    if (!r.ok()) return r.status();
-    f->raid0_read = *r;
+    KVTIER_ASSIGN_OR_RETURN(f->raid0_read, drive(*r0, false, 2 * S, Q, r0->capacity(), o.seconds));
     if (o.progress) o.progress("raid0 x2: sequential write");
-    auto w = drive(**r0, true, 2 * S, Q, (*r0)->capacity(), o.seconds);
-    if (!w.ok()) return w.status();
-    f->raid0_write = *w;
+    KVTIER_ASSIGN_OR_RETURN(f->raid0_write, drive(*r0, true, 2 * S, Q, r0->capacity(), o.seconds));
   }
-  auto m = open_members(paths, o.member_bytes);
-  if (!m.ok()) return m.status();
-  auto r0 = blk::Raid0::create(*m, S);
-  if (!r0.ok()) return r0.status();
+  KVTIER_ASSIGN_OR_RETURN(auto members, open_members(paths, o.member_bytes));
+  KVTIER_ASSIGN_OR_RETURN(auto r0, blk::Raid0::create(members, S));
   if (o.progress) o.progress(fmt::format("raid0 x{}: sequential write", paths.size()));
-  auto w = drive(**r0, true, paths.size() * S, Q, (*r0)->capacity(), o.seconds);
-  if (!w.ok()) return w.status();
-  f->raid0_n_write = *w;
+  KVTIER_ASSIGN_OR_RETURN(f->raid0_n_write,
+                          drive(*r0, true, paths.size() * S, Q, r0->capacity(), o.seconds));
   return Status::ok_status();
 }
 

@@ -133,15 +133,20 @@ TEST(ShortReuse, SlowCompletionDelaysTheNextTurn) {
   EXPECT_DOUBLE_EQ((runs[{0, 2}].issue_s), 14);  // planned: 10 + 4 (done at 11)
 }
 
-TEST(LongReuse, WaitsForOtherCompletions) {
-  // One server, 1 s each, min 2 others: turns complete in the order issued.
+// Three sessions of two turns under long reuse, one server, 1 s a turn.
+std::map<std::pair<uint32_t, uint32_t>, Run> three_sessions_long_reuse(uint32_t min_other) {
   const Workload w = workload({{0, 0}, {0, 0}, {0, 0}});
   LongReuseOptions o;
-  o.min_other_completions = 2;
+  o.min_other_completions = min_other;
   o.target_in_flight = 1;
   auto sched = make_long_reuse(w, o);
-  auto runs = drive(
+  return drive(
       *sched, [](const TraceRequest&) { return 1.0; }, 1);
+}
+
+TEST(LongReuse, WaitsForOtherCompletions) {
+  // Min 2 others: turns complete in the order issued.
+  auto runs = three_sessions_long_reuse(2);
   for (uint32_t s = 0; s < 3; ++s) EXPECT_DOUBLE_EQ((runs[{s, 0}].issue_s), 0);
   // Completions: #1 s0 (t=1), #2 s1 (t=2), #3 s2 (t=3). s0's next is eligible
   // at #1 + 2 = #3, s1's at #4, s2's at #5.
@@ -151,15 +156,9 @@ TEST(LongReuse, WaitsForOtherCompletions) {
 }
 
 TEST(LongReuse, RelaxesOnlyToAvoidIdling) {
-  // Same, but min 3 others cannot be met: once nothing is outstanding the
-  // waiting turn with the lowest eligibility number goes at once.
-  const Workload w = workload({{0, 0}, {0, 0}, {0, 0}});
-  LongReuseOptions o;
-  o.min_other_completions = 3;
-  o.target_in_flight = 1;
-  auto sched = make_long_reuse(w, o);
-  auto runs = drive(
-      *sched, [](const TraceRequest&) { return 1.0; }, 1);
+  // Min 3 others cannot be met: once nothing is outstanding the waiting turn
+  // with the lowest eligibility number goes at once.
+  auto runs = three_sessions_long_reuse(3);
   EXPECT_DOUBLE_EQ((runs[{0, 1}].issue_s), 3);  // eligible at #4, relaxed at #3
   EXPECT_DOUBLE_EQ((runs[{1, 1}].issue_s), 4);  // eligible at #5, relaxed at #4
   EXPECT_DOUBLE_EQ((runs[{2, 1}].issue_s), 5);  // eligible at #6, relaxed at #5

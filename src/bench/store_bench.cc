@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -136,6 +137,46 @@ Status measure_ram_get(const StoreBenchOptions& o, Step& step, BenchReport& repo
   return Status::ok_status();
 }
 
+// Rounds of kvtier against fio on the same job, paired so that a drifting
+// device (cloud disks, host caches) affects both sides of each ratio alike;
+// fio goes first in odd rounds so that a trend favours neither side. The
+// ratio is the median of the rounds' ratios; the rates are the means.
+struct FioPairedRounds {
+  using Turn = std::function<Result<std::pair<double, nlohmann::json>>()>;
+
+  unsigned count = 1;
+  std::vector<double> ratios;
+  nlohmann::json rounds = nlohmann::json::array();
+  double kvtier_rate = 0, fio_rate = 0;  // bytes per second
+  std::string fio_command;
+
+  // One round: `kvtier_turn` measures kvtier and returns its rate and the
+  // extra fields of the round's record; fio runs `job` before or after it.
+  Status run(unsigned round, const FioJob& job, const Turn& kvtier_turn) {
+    const bool fio_first = round % 2 == 1;
+    Result<FioResult> fio = Status::internal("fio not run");
+    if (fio_first) fio = run_fio(job);
+    if (fio_first && !fio.ok()) return fio.status();
+    auto turn = kvtier_turn();
+    if (!turn.ok()) return turn.status();
+    if (!fio_first) fio = run_fio(job);
+    if (!fio.ok()) return fio.status();
+    const double rate = turn->first;
+    ratios.push_back(rate / fio->bytes_per_second);
+    nlohmann::json record = {{"order", fio_first ? "fio,kvtier" : "kvtier,fio"},
+                             {"kvtier_gbps", rate / 1e9},
+                             {"fio_gbps", fio->bytes_per_second / 1e9},
+                             {"round_ratio", ratios.back()}};
+    record.update(turn->second);
+    rounds.push_back(std::move(record));
+    kvtier_rate += rate / count;
+    fio_rate += fio->bytes_per_second / count;
+    fio_command = fio->command;
+    return Status::ok_status();
+  }
+  double median_ratio() const { return percentile(ratios, 0.5); }
+};
+
 // What the disk-tier steps share: the volume and how much of it the store
 // filled.
 struct DiskBench {
@@ -178,47 +219,33 @@ Status measure_disk_writes(const StoreBenchOptions& o, const PayloadPool& payloa
         dto.flush_chunk_bytes, static_cast<unsigned>(dto.region_bytes / dto.flush_chunk_bytes),
         o.volume_bytes,        1,
         /*end_fsync=*/true};
-    nlohmann::json rounds = nlohmann::json::array();
-    std::vector<double> ratios;
+    FioPairedRounds paired{nrounds};
     for (unsigned round = 0; round < nrounds; ++round) {
-      const bool fio_first = round % 2 == 1;
-      // fio's turn before kvtier's runs as long as kvtier's previous turn.
-      Result<FioResult> fio_w = Status::internal("fio not run");
-      if (fio_first) {
-        fio_w = run_fio(wjob);
-        if (!fio_w.ok()) return fio_w.status();
-      }
-      const uint64_t bytes0 = store.local_stats().disk.bytes_written;
-      const uint64_t t0 = now_ns();
-      for (uint64_t i = 0; i < per_round; ++i, ++next) {
-        auto r = store.put(*ns, kv::test_key(next), payloads.of(next));
-        if (!r.ok() || !r->stored())
-          return Status::internal("put refused during the write benchmark");
-      }
-      const uint64_t t_flush = now_ns();
-      Status fl = store.flush();
-      if (!fl.ok()) return fl;
-      const double secs = (now_ns() - t0) / 1e9;
-      const double flush_secs = (now_ns() - t_flush) / 1e9;
-      const double rate = (store.local_stats().disk.bytes_written - bytes0) / secs;
-      wjob.seconds = static_cast<unsigned>(std::max(1.0, secs + 0.5));
-      if (!fio_first) {
-        fio_w = run_fio(wjob);
-        if (!fio_w.ok()) return fio_w.status();
-      }
-      ratios.push_back(rate / fio_w->bytes_per_second);
-      rounds.push_back({{"order", fio_first ? "fio,kvtier" : "kvtier,fio"},
-                        {"kvtier_gbps", rate / 1e9},
-                        {"fio_gbps", fio_w->bytes_per_second / 1e9},
-                        {"round_ratio", ratios.back()},
-                        {"kvtier_seconds", secs},
-                        {"kvtier_flush_seconds", flush_secs}});
-      fio_write_command = fio_w->command;
-      write_rate += rate / nrounds;
-      fio_write_rate += fio_w->bytes_per_second / nrounds;
+      KVTIER_RETURN_IF_ERROR(
+          paired.run(round, wjob, [&]() -> Result<std::pair<double, nlohmann::json>> {
+            const uint64_t bytes0 = store.local_stats().disk.bytes_written;
+            const uint64_t t0 = now_ns();
+            for (uint64_t i = 0; i < per_round; ++i, ++next) {
+              auto r = store.put(*ns, kv::test_key(next), payloads.of(next));
+              if (!r.ok() || !r->stored())
+                return Status::internal("put refused during the write benchmark");
+            }
+            const uint64_t t_flush = now_ns();
+            KVTIER_RETURN_IF_ERROR(store.flush());
+            const double secs = (now_ns() - t0) / 1e9;
+            const double flush_secs = (now_ns() - t_flush) / 1e9;
+            // fio's next turn runs as long as this one.
+            wjob.seconds = static_cast<unsigned>(std::max(1.0, secs + 0.5));
+            return std::make_pair(
+                (store.local_stats().disk.bytes_written - bytes0) / secs,
+                nlohmann::json{{"kvtier_seconds", secs}, {"kvtier_flush_seconds", flush_secs}});
+          }));
     }
-    write_ratio = percentile(ratios, 0.5);
-    report.note("disk_write_rounds", rounds);
+    write_rate = paired.kvtier_rate;
+    fio_write_rate = paired.fio_rate;
+    fio_write_command = paired.fio_command;
+    write_ratio = paired.median_ratio();
+    report.note("disk_write_rounds", paired.rounds);
     report.note("demotions", store.local_stats().demotions);
     // fio overwrote what the store wrote: this store's disk copies are void.
   }
@@ -322,37 +349,26 @@ Status measure_disk_reads(const StoreBenchOptions& o, const PayloadPool& payload
                 o.queue_depth,
                 std::min<uint64_t>(o.volume_bytes, written_objects * entry + (64ull << 20)),
                 static_cast<unsigned>(round_seconds + 0.5)};
-    nlohmann::json rounds = nlohmann::json::array();
     (void)run_fio(rjob);  // warm-up: the first pass over a fresh file is not representative
+    FioPairedRounds paired{o.rounds};
     for (unsigned round = 0; round < o.rounds; ++round) {
-      const bool fio_first = round % 2 == 1;
-      Result<FioResult> fio_r = Status::internal("fio not run");
-      if (fio_first) {
-        fio_r = run_fio(rjob);
-        if (!fio_r.ok()) return fio_r.status();
-      }
-      auto measured = reader.run_for(round_seconds);
-      if (!measured.ok()) return measured.status();
-      if (!payloads.matches(reader.last_first, reader.outs[0].view())) {
-        return Status::internal("disk get returned wrong bytes");
-      }
-      const double rate = *measured;
-      if (!fio_first) {
-        fio_r = run_fio(rjob);
-        if (!fio_r.ok()) return fio_r.status();
-      }
-      ratios.push_back(rate / fio_r->bytes_per_second);
-      rounds.push_back({{"order", fio_first ? "fio,kvtier" : "kvtier,fio"},
-                        {"kvtier_gbps", rate / 1e9},
-                        {"fio_gbps", fio_r->bytes_per_second / 1e9},
-                        {"round_ratio", ratios.back()}});
-      read_rate += rate / o.rounds;
-      fio_read_rate += fio_r->bytes_per_second / o.rounds;
-      fio_read_command = fio_r->command;
+      KVTIER_RETURN_IF_ERROR(
+          paired.run(round, rjob, [&]() -> Result<std::pair<double, nlohmann::json>> {
+            auto measured = reader.run_for(round_seconds);
+            if (!measured.ok()) return measured.status();
+            if (!payloads.matches(reader.last_first, reader.outs[0].view())) {
+              return Status::internal("disk get returned wrong bytes");
+            }
+            return std::make_pair(*measured, nlohmann::json::object());
+          }));
     }
+    read_rate = paired.kvtier_rate;
+    fio_read_rate = paired.fio_rate;
+    fio_read_command = paired.fio_command;
+    ratios = paired.ratios;
     report.note("disk_get_misses", reader.misses);
     report.note("disk_direct_reads", store.local_stats().disk.direct_reads);
-    report.note("disk_get_rounds", rounds);
+    report.note("disk_get_rounds", paired.rounds);
   }
   report.add({"disk_get", "disk-tier cold get", read_rate / 1e9, "GB/s", fio_read_rate / 1e9,
               fmt::format("fio randread {}K qd{}", entry >> 10, o.queue_depth),

@@ -191,20 +191,28 @@ TEST(StudyRunner, ModeledStoreRatesMakeARunRepeatable) {
   EXPECT_EQ(a.ttft_s, b.ttft_s);
 }
 
+// Runs each case of `cases` on `w` (checking every request completed and
+// verified); `all` gets their summaries, a line each, for failure messages.
+std::map<StudyCase, CaseResult> run_cases(const Workload& w, std::initializer_list<StudyCase> cases,
+                                          const StudyOptions& o, uint32_t active,
+                                          uint32_t min_other, std::string* all) {
+  std::map<StudyCase, CaseResult> r;
+  for (auto c : cases) {
+    r[c] = run_case(w, c, o, active, min_other);
+    EXPECT_EQ(r[c].completed, w.request_count()) << summary(r[c]);
+    EXPECT_EQ(r[c].verify_failures, 0u) << summary(r[c]);
+    *all += summary(r[c]) + "\n";
+  }
+  return r;
+}
+
 TEST(StudyShape, ShortReuseSharedTiersFarAboveRecomputeAndLocalCache) {
   auto w = testing::tiny_workload(48, 16, 30, 3, 2, 16, 8, 8);
-  auto o = shape_options();
-  std::map<StudyCase, CaseResult> r;
-  for (auto c : {StudyCase::kA, StudyCase::kB, StudyCase::kC, StudyCase::kD}) {
-    r[c] = run_case(w, c, o, 16, 0);
-    SCOPED_TRACE(summary(r[c]));
-    EXPECT_EQ(r[c].completed, w.request_count());
-    EXPECT_EQ(r[c].verify_failures, 0u);
-  }
+  std::string all;
+  auto r = run_cases(w, {StudyCase::kA, StudyCase::kB, StudyCase::kC, StudyCase::kD},
+                     shape_options(), 16, 0, &all);
   const double a = r[StudyCase::kA].throughput_rps, b = r[StudyCase::kB].throughput_rps;
   const double c = r[StudyCase::kC].throughput_rps, d = r[StudyCase::kD].throughput_rps;
-  const std::string all = summary(r[StudyCase::kA]) + "\n" + summary(r[StudyCase::kB]) + "\n" +
-                          summary(r[StudyCase::kC]) + "\n" + summary(r[StudyCase::kD]);
   EXPECT_GT(b, a) << all;
   EXPECT_GT(c, 1.3 * a) << all;
   EXPECT_GT(d, 1.3 * a) << all;
@@ -222,16 +230,11 @@ TEST(StudyShape, LongReuseDiskTiersAboveRamOnlyAndLocalCache) {
   auto w = testing::tiny_workload(48, 16, 30, 3, 2, 16, 8, 8);
   auto o = shape_options();
   o.ram_bytes = 96ull << 30;
-  std::map<StudyCase, CaseResult> r;
-  for (auto c : {StudyCase::kB, StudyCase::kC, StudyCase::kD, StudyCase::kF}) {
-    r[c] = run_case(w, c, o, 48, 24);
-    EXPECT_EQ(r[c].completed, w.request_count());
-    EXPECT_EQ(r[c].verify_failures, 0u);
-  }
+  std::string all;
+  auto r =
+      run_cases(w, {StudyCase::kB, StudyCase::kC, StudyCase::kD, StudyCase::kF}, o, 48, 24, &all);
   const double b = r[StudyCase::kB].throughput_rps, c = r[StudyCase::kC].throughput_rps;
   const double d = r[StudyCase::kD].throughput_rps, f = r[StudyCase::kF].throughput_rps;
-  const std::string all = summary(r[StudyCase::kB]) + "\n" + summary(r[StudyCase::kC]) + "\n" +
-                          summary(r[StudyCase::kD]) + "\n" + summary(r[StudyCase::kF]);
   // The wide working set evicts RAM before sessions return ...
   EXPECT_LT(r[StudyCase::kC].store_hit_blocks, r[StudyCase::kD].store_hit_blocks / 4) << all;
   // ... and the disk copy serves it.

@@ -130,4 +130,24 @@ class BlockDevice {
   Status check_io(uint64_t offset, uint64_t length, const void* buf) const;
 };
 
+// A device that owns its storage and knows its geometry when it is built:
+// block size, buffer alignment and capacity, kept here once rather than in
+// each such device (the stacking devices ask their inner one instead).
+class FixedGeometryDevice : public BlockDevice {
+ public:
+  uint32_t block_size() const final { return block_size_; }
+  uint32_t buffer_alignment() const final { return buffer_alignment_; }
+  uint64_t capacity() const final { return capacity_; }
+
+ protected:
+  FixedGeometryDevice(uint32_t block_size, uint32_t buffer_alignment, uint64_t capacity)
+      : block_size_(block_size), buffer_alignment_(buffer_alignment), capacity_(capacity) {}
+
+  // Set by the constructor, or (a device that must open something first to
+  // learn them) before the device is handed to anyone.
+  uint32_t block_size_;
+  uint32_t buffer_alignment_;
+  uint64_t capacity_;
+};
+
 }  // namespace kvtier::blk

@@ -260,13 +260,17 @@ Status BlockDaemon::persist_locked() {
   return save_config_atomic(config_path_, c);
 }
 
-Status BlockDaemon::check_new_name_locked(const std::string& name) const {
+Result<VolumeConfig> BlockDaemon::new_volume_locked(const std::string& name,
+                                                    const std::string& kind) const {
   if (!valid_volume_name(name)) {
     return Status::invalid_argument(fmt::format(
         "volume name '{}' must be 1-63 characters of letters, digits, '-', '_' or '.'", name));
   }
   if (volumes_.count(name)) return Status::already_exists(fmt::format("volume '{}' exists", name));
-  return Status::ok_status();
+  VolumeConfig c;
+  c.name = name;
+  c.kind = kind;
+  return c;
 }
 
 Result<BlockDaemon::Volume*> BlockDaemon::find_locked(const std::string& name) {
@@ -289,11 +293,8 @@ Result<v1::Volume> BlockDaemon::add_volume_locked(const VolumeConfig& c) {
 
 Result<v1::Volume> BlockDaemon::create_file(const v1::CreateFileRequest& r) {
   std::lock_guard lk(mu_);
-  KVTIER_RETURN_IF_ERROR(check_new_name_locked(r.name()));
+  KVTIER_ASSIGN_OR_RETURN(VolumeConfig c, new_volume_locked(r.name(), "file"));
   if (r.path().empty()) return Status::invalid_argument("a file volume needs --path");
-  VolumeConfig c;
-  c.name = r.name();
-  c.kind = "file";
   c.path = r.path();
   c.size_bytes = r.size_bytes();
   c.buffered = r.buffered();
@@ -307,20 +308,14 @@ Result<v1::Volume> BlockDaemon::create_file(const v1::CreateFileRequest& r) {
 
 Result<v1::Volume> BlockDaemon::create_mem(const v1::CreateMemRequest& r) {
   std::lock_guard lk(mu_);
-  KVTIER_RETURN_IF_ERROR(check_new_name_locked(r.name()));
-  VolumeConfig c;
-  c.name = r.name();
-  c.kind = "mem";
+  KVTIER_ASSIGN_OR_RETURN(VolumeConfig c, new_volume_locked(r.name(), "mem"));
   c.size_bytes = r.size_bytes() / 4096 * 4096;
   return add_volume_locked(c);
 }
 
 Result<v1::Volume> BlockDaemon::create_remote(const v1::CreateRemoteRequest& r) {
   std::lock_guard lk(mu_);
-  KVTIER_RETURN_IF_ERROR(check_new_name_locked(r.name()));
-  VolumeConfig c;
-  c.name = r.name();
-  c.kind = "remote";
+  KVTIER_ASSIGN_OR_RETURN(VolumeConfig c, new_volume_locked(r.name(), "remote"));
   c.remote.address = r.address();
   c.remote.port = static_cast<uint16_t>(r.port() ? r.port() : 4420);
   if (r.port() > 65535) return Status::invalid_argument("port must be 1..65535");
@@ -352,9 +347,7 @@ void BlockDaemon::refresh_remote_state(const Volume& v) {
 
 Result<v1::Volume> BlockDaemon::create_array(const v1::CreateArrayRequest& r) {
   std::lock_guard lk(mu_);
-  KVTIER_RETURN_IF_ERROR(check_new_name_locked(r.name()));
-  VolumeConfig c;
-  c.name = r.name();
+  KVTIER_ASSIGN_OR_RETURN(VolumeConfig c, new_volume_locked(r.name(), ""));
   std::string level = r.level();
   if (level.rfind("raid", 0) != 0) level = "raid" + level;
   if (level != "raid0") {
@@ -376,10 +369,7 @@ Result<v1::Volume> BlockDaemon::create_array(const v1::CreateArrayRequest& r) {
 
 Result<v1::Volume> BlockDaemon::create_partition(const v1::CreatePartitionRequest& r) {
   std::lock_guard lk(mu_);
-  KVTIER_RETURN_IF_ERROR(check_new_name_locked(r.name()));
-  VolumeConfig c;
-  c.name = r.name();
-  c.kind = "partition";
+  KVTIER_ASSIGN_OR_RETURN(VolumeConfig c, new_volume_locked(r.name(), "partition"));
   c.parent = r.parent();
   c.offset_bytes = r.offset_bytes();
   c.length_bytes = r.length_bytes();

@@ -117,7 +117,8 @@ class BlockDaemon {
   // A new volume from the API: built (arrays formatted), persisted, described.
   Result<v1::Volume> add_volume_locked(const VolumeConfig& c);
   Status persist_locked();
-  Status check_new_name_locked(const std::string& name) const;
+  // A config with `name` (checked: valid and not taken) and `kind` set.
+  Result<VolumeConfig> new_volume_locked(const std::string& name, const std::string& kind) const;
   Result<Volume*> find_locked(const std::string& name);
   Result<const Volume*> find_locked(const std::string& name) const;
   v1::Volume describe_locked(const Volume& v) const;

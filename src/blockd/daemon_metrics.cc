@@ -33,7 +33,9 @@ void BlockDaemon::render_volume_metrics_locked(std::string& out) const {
   auto family = [&](const char* name, const char* type, const char* help) {
     add_family(out, name, type, help);
   };
-  auto each = [&](const char* name, auto value_of) {
+  // A family of one sample per volume that has a device.
+  auto each = [&](const char* name, const char* type, const char* help, auto value_of) {
+    add_family(out, name, type, help);
     for (const auto& n : order_) {
       const Volume& v = *volumes_.at(n);
       if (!v.qos) continue;
@@ -69,28 +71,28 @@ void BlockDaemon::render_volume_metrics_locked(std::string& out) const {
          "Remote volumes: connections re-established after a loss");
   each_remote("kvtier_blockd_remote_reconnects_total",
               [](const Volume& v) { return v.remote->reconnects(); });
-  family("kvtier_blockd_volume_capacity_bytes", "gauge", "Usable bytes");
-  each("kvtier_blockd_volume_capacity_bytes", [](const Volume& v) { return v.qos->capacity(); });
-  family("kvtier_blockd_volume_reads_total", "counter", "Completed reads");
-  each("kvtier_blockd_volume_reads_total", [](const Volume& v) { return v.health->stats().reads; });
-  family("kvtier_blockd_volume_writes_total", "counter", "Completed writes");
-  each("kvtier_blockd_volume_writes_total",
-       [](const Volume& v) { return v.health->stats().writes; });
-  family("kvtier_blockd_volume_read_bytes_total", "counter", "Bytes read");
-  each("kvtier_blockd_volume_read_bytes_total",
-       [](const Volume& v) { return v.health->stats().bytes_read; });
-  family("kvtier_blockd_volume_written_bytes_total", "counter", "Bytes written");
-  each("kvtier_blockd_volume_written_bytes_total",
-       [](const Volume& v) { return v.health->stats().bytes_written; });
-  family("kvtier_blockd_volume_errors_total", "counter", "Failed requests");
-  each("kvtier_blockd_volume_errors_total",
-       [](const Volume& v) { return v.health->stats().errors; });
-  family("kvtier_blockd_volume_read_latency_p99_seconds", "gauge", "Read latency, 99th percentile");
-  each("kvtier_blockd_volume_read_latency_p99_seconds",
+  each("kvtier_blockd_volume_capacity_bytes", "gauge", "Usable bytes",
+       [](const Volume& v) { return v.qos->capacity(); });
+  struct StatCounter {
+    const char* name;
+    const char* help;
+    uint64_t blk::DeviceStats::*field;
+  };
+  for (const StatCounter& c : {StatCounter{"kvtier_blockd_volume_reads_total", "Completed reads",
+                                           &blk::DeviceStats::reads},
+                               StatCounter{"kvtier_blockd_volume_writes_total", "Completed writes",
+                                           &blk::DeviceStats::writes},
+                               StatCounter{"kvtier_blockd_volume_read_bytes_total", "Bytes read",
+                                           &blk::DeviceStats::bytes_read},
+                               StatCounter{"kvtier_blockd_volume_written_bytes_total",
+                                           "Bytes written", &blk::DeviceStats::bytes_written},
+                               StatCounter{"kvtier_blockd_volume_errors_total", "Failed requests",
+                                           &blk::DeviceStats::errors}}) {
+    each(c.name, "counter", c.help, [&](const Volume& v) { return v.health->stats().*c.field; });
+  }
+  each("kvtier_blockd_volume_read_latency_p99_seconds", "gauge", "Read latency, 99th percentile",
        [](const Volume& v) { return v.health->read_latency().quantile(0.99) / 1e9; });
-  family("kvtier_blockd_volume_write_latency_p99_seconds", "gauge",
-         "Write latency, 99th percentile");
-  each("kvtier_blockd_volume_write_latency_p99_seconds",
+  each("kvtier_blockd_volume_write_latency_p99_seconds", "gauge", "Write latency, 99th percentile",
        [](const Volume& v) { return v.health->write_latency().quantile(0.99) / 1e9; });
 }
 

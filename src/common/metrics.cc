@@ -66,28 +66,33 @@ MetricsRegistry::Family& MetricsRegistry::family(const std::string& name, const 
   return f;
 }
 
+namespace {
+// The metric of `labels` in one family's map, made on first use.
+template <typename Metric>
+Metric& slot_of(std::map<std::string, std::unique_ptr<Metric>>& metrics,
+                const std::string& labels) {
+  auto& slot = metrics[labels];
+  if (!slot) slot = std::make_unique<Metric>();
+  return *slot;
+}
+}  // namespace
+
 Counter& MetricsRegistry::counter(const std::string& name, const std::string& help,
                                   const std::string& labels) {
   MutexLock lock(mu_);
-  auto& slot = family(name, help, "counter").counters[labels];
-  if (!slot) slot = std::make_unique<Counter>();
-  return *slot;
+  return slot_of(family(name, help, "counter").counters, labels);
 }
 
 Gauge& MetricsRegistry::gauge(const std::string& name, const std::string& help,
                               const std::string& labels) {
   MutexLock lock(mu_);
-  auto& slot = family(name, help, "gauge").gauges[labels];
-  if (!slot) slot = std::make_unique<Gauge>();
-  return *slot;
+  return slot_of(family(name, help, "gauge").gauges, labels);
 }
 
 Histogram& MetricsRegistry::histogram(const std::string& name, const std::string& help,
                                       const std::string& labels) {
   MutexLock lock(mu_);
-  auto& slot = family(name, help, "histogram").histograms[labels];
-  if (!slot) slot = std::make_unique<Histogram>();
-  return *slot;
+  return slot_of(family(name, help, "histogram").histograms, labels);
 }
 
 namespace {

@@ -30,6 +30,7 @@ class TaskPool {
 
   void post(std::function<void()> task);
   size_t threads() const { return threads_.size(); }
+  std::thread::id thread_id(size_t i) const { return threads_.at(i).get_id(); }
 
  private:
   void work();

@@ -21,6 +21,7 @@
 #include "common/testing/eventually.h"
 #include "kv/store.h"
 #include "kv/test_payload.h"
+#include "kv/testing/raw_volume.h"
 #include "kv/testing/small_store.h"
 
 namespace kvtier::kv {
@@ -37,6 +38,13 @@ StoreOptions direct_options(std::shared_ptr<blk::BlockDevice> volume) {
   // No RAM tier: every get is a cold disk read.
   o.disk.read_depth = 4;
   o.disk.direct_reads = DiskTierOptions::DirectReads::kAlways;
+  return o;
+}
+
+// Direct reads where the volume's capabilities allow them.
+StoreOptions auto_direct_options(std::shared_ptr<blk::BlockDevice> volume) {
+  StoreOptions o = direct_options(std::move(volume));
+  o.disk.direct_reads = DiskTierOptions::DirectReads::kAuto;
   return o;
 }
 
@@ -183,16 +191,9 @@ TEST(DiskDirectRead, CorruptPayloadIsVerifiedInPlaceAndDropped) {
   // Flip one payload byte on the volume.
   const Key128 k = test_key(1);
   auto raw = mem->raw();
-  bool flipped = false;
-  for (size_t off = 0; off + sizeof(disk::EntryHeader) <= raw.size(); off += disk::kPageBytes) {
-    disk::EntryHeader h;
-    std::memcpy(&h, raw.data() + off, sizeof(h));
-    if (h.magic == disk::kEntryMagic && h.key_hi == k.hi && h.key_lo == k.lo) {
-      raw[off + disk::kPayloadOffset + 777] ^= std::byte{0x04};
-      flipped = true;
-    }
-  }
-  ASSERT_TRUE(flipped);
+  const auto entries = testing::entry_offsets(raw, k);
+  ASSERT_FALSE(entries.empty());
+  for (size_t off : entries) raw[off + disk::kPayloadOffset + 777] ^= std::byte{0x04};
   AlignedBuffer out(kObj);
   auto g = s.store->get(s.ns, k, out.view());
   ASSERT_TRUE(g.ok());
@@ -362,9 +363,7 @@ TEST(DiskDirectRead, ChosenByCapabilitiesNotByDeviceClass) {
   {
     auto part = blk::Partition::create(a.volume, 0, 16 << 20, "p");
     ASSERT_TRUE(part.ok()) << part.status().to_string();
-    auto o = direct_options(std::shared_ptr<blk::Partition>(std::move(part).value()));
-    o.disk.direct_reads = DiskTierOptions::DirectReads::kAuto;
-    Opened s(o);
+    Opened s(auto_direct_options(std::move(part).value()));
     s.put(1, kObj);
     s.push_to_device();
     auto g = s.store->get(s.ns, test_key(1), out.view());
@@ -376,9 +375,7 @@ TEST(DiskDirectRead, ChosenByCapabilitiesNotByDeviceClass) {
   }
   auto raid = blk::Raid0::create({a.volume, b.volume}, 64 << 10);
   ASSERT_TRUE(raid.ok()) << raid.status().to_string();
-  auto o = direct_options(std::shared_ptr<blk::Raid0>(std::move(raid).value()));
-  o.disk.direct_reads = DiskTierOptions::DirectReads::kAuto;
-  Opened m(o);
+  Opened m(auto_direct_options(std::move(raid).value()));
   m.put(1, kObj);
   m.push_to_device();
   const uint64_t fixed_before = a.volume->fixed_buffer_ios() + b.volume->fixed_buffer_ios();

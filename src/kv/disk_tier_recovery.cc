@@ -283,12 +283,7 @@ std::optional<IndexRecord> DiskTier::recovered_record(const Key128& ns_digest, c
     c_->recovery_dropped.fetch_add(1, kRelaxed);
     return std::nullopt;
   }
-  IndexRecord rec;
-  rec.key = key;
-  rec.disk_page = page;
-  rec.length = length;
-  rec.ns = *ns;
-  return rec;
+  return IndexRecord::at_disk_page(key, *ns, length, page);
 }
 
 bool DiskTier::is_current_header(const EntryHeader& h) const {

@@ -38,16 +38,7 @@ bool DiskTier::reclaim_oldest() {
   Region& victim = regions_[id];
   if (victim.state != Region::kSealed) return false;  // still flushing: not now
   fifo_.pop_front();
-  const uint32_t first = first_page_of(id), end = first + pages_per_region_;
-  for (const Key128& key : victim.keys) {
-    index_->update(key, [&](IndexRecord& rec) {
-      if (rec.disk_page < first || rec.disk_page >= end) return true;
-      rec.disk_page = kNoDiskPage;
-      c_->entries_evicted.fetch_add(1, kRelaxed);
-      return rec.in_ram();
-    });
-  }
-  victim.keys.clear();
+  forget_region_locked(id);
   victim.state = Region::kFree;
   victim.fill = victim.flushed = 0;
   free_regions_.push_back(id);

@@ -36,6 +36,14 @@ struct IndexRecord {
   uint16_t disk_hits = 0;            // reads served from disk, saturating
   bool in_ram() const { return ram_slot != kNoRamSlot; }
   bool on_disk() const { return disk_page != kNoDiskPage; }
+
+  // A block that is in RAM slot `slot` only, or on the disk at `page` only.
+  static IndexRecord in_ram_slot(const Key128& key, uint16_t ns, uint32_t length, uint32_t slot) {
+    return IndexRecord{key, slot, kNoDiskPage, length, ns};
+  }
+  static IndexRecord at_disk_page(const Key128& key, uint16_t ns, uint32_t length, uint32_t page) {
+    return IndexRecord{key, kNoRamSlot, page, length, ns};
+  }
 };
 
 // What one namespace holds, as the index counts it (payload bytes: a RAM

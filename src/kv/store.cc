@@ -215,11 +215,8 @@ PutResult Store::put_to_disk(uint16_t ns, const Key128& key, ByteView data, uint
     res.refuse = RefuseReason::kDiskError;
     return res;
   }
-  IndexRecord rec;
-  rec.key = key;
-  rec.disk_page = *page;
-  rec.length = static_cast<uint32_t>(data.size());
-  rec.ns = ns;
+  const IndexRecord rec =
+      IndexRecord::at_disk_page(key, ns, static_cast<uint32_t>(data.size()), *page);
   IndexRecord existing;
   const auto ins = insert_making_room(rec, &existing);
   if (ins == Index::InsertResult::kExists && existing.ns != ns) {
@@ -270,11 +267,8 @@ Result<PutResult> Store::put(uint16_t ns, const Key128& key, ByteView data) {
   if (auto slot = obtain_slot(ns)) {
     copy_block(ram_->data(*slot), data.data(), data.size());
     ram_->publish(*slot, key, ns, static_cast<uint32_t>(data.size()), crc, /*hold_lease=*/true);
-    IndexRecord rec;
-    rec.key = key;
-    rec.ram_slot = *slot;
-    rec.length = static_cast<uint32_t>(data.size());
-    rec.ns = ns;
+    const IndexRecord rec =
+        IndexRecord::in_ram_slot(key, ns, static_cast<uint32_t>(data.size()), *slot);
     IndexRecord existing;
     auto ins = insert_making_room(rec, &existing);
     if (ins == Index::InsertResult::kExists && existing.ns != ns) {

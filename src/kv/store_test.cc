@@ -9,6 +9,7 @@
 #include "blk/dev/mem_device.h"
 #include "blk/stack/faulty_device.h"
 #include "kv/test_payload.h"
+#include "kv/testing/raw_volume.h"
 #include "kv/testing/small_store.h"
 
 namespace kvtier::kv {
@@ -243,14 +244,9 @@ TEST(Store, CorruptByteOnVolumeIsAMissAndTheEntryIsDropped) {
   // Find block 5's entry on the raw volume by its key and flip one payload byte.
   const Key128 k = test_key(5);
   auto raw = mem->raw();
-  size_t found = SIZE_MAX;
-  for (size_t off = 0; off + sizeof(disk::EntryHeader) <= raw.size(); off += disk::kPageBytes) {
-    disk::EntryHeader h;
-    std::memcpy(&h, raw.data() + off, sizeof(h));
-    if (h.magic == disk::kEntryMagic && h.key_hi == k.hi && h.key_lo == k.lo) found = off;
-  }
-  ASSERT_NE(found, SIZE_MAX);
-  raw[found + disk::kPayloadOffset + 1234] ^= std::byte{0x01};
+  const auto entries = testing::entry_offsets(raw, k);
+  ASSERT_FALSE(entries.empty());
+  raw[entries.back() + disk::kPayloadOffset + 1234] ^= std::byte{0x01};
   GetResult g = f.get(5);
   EXPECT_FALSE(g.hit);
   EXPECT_EQ(g.miss, MissReason::kCorrupt);

@@ -148,36 +148,53 @@ Result<PduLayout> parse_common_header(ByteView chv, Direction dir, const PduLimi
   return l;
 }
 
-Result<IcReq> decode_icreq(ByteView hdr) {
-  if (hdr.size() < kIcPduSize) return Status::invalid_argument("nvme-tcp: short ICReq");
+namespace {
+
+// ICReq and ICResp share one layout (NVMe/TCP 3.6.2.2-3): PFV, a PDU data
+// alignment (HPDA / CPDA), the digest flags and a 32-bit limit (MAXR2T /
+// MAXH2CDATA). `pda` and `limit` name the fields of the one being decoded.
+template <typename Ic>
+Result<Ic> decode_ic(ByteView hdr, const char* what, uint8_t Ic::*pda, uint32_t Ic::*limit) {
+  const std::string prefix = std::string("nvme-tcp: ") + what;
+  if (hdr.size() < kIcPduSize) return Status::invalid_argument(prefix + " short");
   const uint8_t* p = u8(hdr);
-  IcReq r;
+  Ic r;
   r.pfv = get16(p + 8);
-  r.hpda = p[10];
+  r.*pda = p[10];
   r.hdgst = p[11] & 1;
   r.ddgst = p[11] & 2;
-  r.maxr2t = get32(p + 12);
-  if (r.pfv != 0) return Status::invalid_argument("nvme-tcp: ICReq pfv " + std::to_string(r.pfv));
-  if (r.hpda > 31) return Status::invalid_argument("nvme-tcp: ICReq hpda out of range");
-  if (p[11] & ~3u) return Status::invalid_argument("nvme-tcp: ICReq unknown digest bits");
+  r.*limit = get32(p + 12);
+  if (r.pfv != 0) return Status::invalid_argument(prefix + " pfv " + std::to_string(r.pfv));
+  if (p[11] & ~3u) return Status::invalid_argument(prefix + " unknown digest bits");
+  return r;
+}
+
+template <typename Ic>
+uint32_t encode_ic(const Ic& r, PduType type, uint8_t pda, uint32_t limit, HeaderBuf& out) {
+  out.fill(0);
+  put_ch(out, type, 0, kIcPduSize, 0, kIcPduSize);
+  put16(&out[8], r.pfv);
+  out[10] = pda;
+  out[11] = uint8_t((r.hdgst ? 1 : 0) | (r.ddgst ? 2 : 0));
+  put32(&out[12], limit);
+  return kIcPduSize;
+}
+
+}  // namespace
+
+Result<IcReq> decode_icreq(ByteView hdr) {
+  auto r = decode_ic<IcReq>(hdr, "ICReq", &IcReq::hpda, &IcReq::maxr2t);
+  if (r.ok() && r->hpda > 31) return Status::invalid_argument("nvme-tcp: ICReq hpda out of range");
   return r;
 }
 
 Result<IcResp> decode_icresp(ByteView hdr) {
-  if (hdr.size() < kIcPduSize) return Status::invalid_argument("nvme-tcp: short ICResp");
-  const uint8_t* p = u8(hdr);
-  IcResp r;
-  r.pfv = get16(p + 8);
-  r.cpda = p[10];
-  r.hdgst = p[11] & 1;
-  r.ddgst = p[11] & 2;
-  r.maxh2cdata = get32(p + 12);
-  if (r.pfv != 0) return Status::invalid_argument("nvme-tcp: ICResp pfv " + std::to_string(r.pfv));
-  if (r.cpda != 0) return Status::invalid_argument("nvme-tcp: unsupported cpda");
-  if (r.maxh2cdata < kMinMaxH2CData || r.maxh2cdata % 4 != 0) {
+  auto r = decode_ic<IcResp>(hdr, "ICResp", &IcResp::cpda, &IcResp::maxh2cdata);
+  if (!r.ok()) return r;
+  if (r->cpda != 0) return Status::invalid_argument("nvme-tcp: unsupported cpda");
+  if (r->maxh2cdata < kMinMaxH2CData || r->maxh2cdata % 4 != 0) {
     return Status::invalid_argument("nvme-tcp: invalid maxh2cdata");
   }
-  if (p[11] & ~3u) return Status::invalid_argument("nvme-tcp: ICResp unknown digest bits");
   return r;
 }
 
@@ -215,23 +232,11 @@ Cqe decode_capsule_resp(ByteView hdr) {
 }
 
 uint32_t encode_icreq(const IcReq& r, HeaderBuf& out) {
-  out.fill(0);
-  put_ch(out, PduType::kIcReq, 0, kIcPduSize, 0, kIcPduSize);
-  put16(&out[8], r.pfv);
-  out[10] = r.hpda;
-  out[11] = uint8_t((r.hdgst ? 1 : 0) | (r.ddgst ? 2 : 0));
-  put32(&out[12], r.maxr2t);
-  return kIcPduSize;
+  return encode_ic(r, PduType::kIcReq, r.hpda, r.maxr2t, out);
 }
 
 uint32_t encode_icresp(const IcResp& r, HeaderBuf& out) {
-  out.fill(0);
-  put_ch(out, PduType::kIcResp, 0, kIcPduSize, 0, kIcPduSize);
-  put16(&out[8], r.pfv);
-  out[10] = r.cpda;
-  out[11] = uint8_t((r.hdgst ? 1 : 0) | (r.ddgst ? 2 : 0));
-  put32(&out[12], r.maxh2cdata);
-  return kIcPduSize;
+  return encode_ic(r, PduType::kIcResp, r.cpda, r.maxh2cdata, out);
 }
 
 uint32_t encode_capsule_cmd(const Sqe& sqe, uint32_t data_len, bool hdgst, bool ddgst,

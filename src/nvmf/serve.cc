@@ -1,13 +1,11 @@
 // Foreground target with signal-driven shutdown.
 #include "nvmf/serve.h"
 
-#include <pthread.h>
-#include <signal.h>
-
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
+#include "common/stop_signals.h"
 #include "nvmf/target.h"
 
 namespace kvtier::nvmf {
@@ -25,14 +23,9 @@ int serve_until_signal(const std::string& config_path) {
     std::fprintf(stderr, "kvtier nvmf serve: %s\n", cfg.status().to_string().c_str());
     return 2;
   }
-  // Stop signals are blocked in every thread and taken by sigwait below, so a
-  // stop always closes the connections and joins the threads.
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGINT);
-  sigaddset(&stop, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  // Before the target's threads start: a stop then closes the connections
+  // and joins them.
+  const StopSignals stop;
   const std::string address = cfg->address;
   auto target = NvmfTarget::start(std::move(cfg.value()));
   if (!target.ok()) {
@@ -41,8 +34,7 @@ int serve_until_signal(const std::string& config_path) {
   }
   std::printf("READY %s %u\n", address.c_str(), unsigned((*target)->port()));
   std::fflush(stdout);
-  int sig = 0;
-  sigwait(&stop, &sig);
+  const int sig = stop.wait();
   std::fprintf(stderr, "kvtier nvmf serve: signal %d, stopping\n", sig);
   (*target)->stop();
   return 0;

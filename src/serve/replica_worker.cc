@@ -6,39 +6,6 @@
 
 namespace kvtier::serve {
 
-ReplicaWorker::ReplicaWorker() : thread_([this] { loop(); }) {}
-
-ReplicaWorker::~ReplicaWorker() {
-  {
-    MutexLock lk(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_one();
-  thread_.join();
-}
-
-void ReplicaWorker::post(std::function<void()> job) {
-  {
-    MutexLock lk(mu_);
-    jobs_.push_back(std::move(job));
-  }
-  cv_.notify_one();
-}
-
-void ReplicaWorker::loop() {
-  for (;;) {
-    std::function<void()> job;
-    {
-      MutexLock lk(mu_);
-      lk.wait(cv_, [&]() KVTIER_REQUIRES(mu_) { return stopping_ || !jobs_.empty(); });
-      if (jobs_.empty()) return;  // stopping, and nothing left
-      job = std::move(jobs_.front());
-      jobs_.pop_front();
-    }
-    job();
-  }
-}
-
 uint64_t ReplicaWorker::clock_ns() { return now_ns(); }
 
 double overlap_seconds(

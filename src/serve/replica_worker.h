@@ -12,9 +12,7 @@
 // while no job is queued or running (every future waited for).
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <exception>
 #include <functional>
 #include <future>
@@ -24,13 +22,14 @@
 #include <utility>
 #include <vector>
 
-#include "common/mutex.h"
+#include "common/task_pool.h"
+
 namespace kvtier::serve {
 
 class ReplicaWorker {
  public:
-  ReplicaWorker();
-  ~ReplicaWorker();  // runs what is queued, then ends the thread
+  ReplicaWorker() = default;
+  // ~ReplicaWorker runs what is queued, then ends the thread (TaskPool's).
   ReplicaWorker(const ReplicaWorker&) = delete;
   ReplicaWorker& operator=(const ReplicaWorker&) = delete;
 
@@ -43,7 +42,7 @@ class ReplicaWorker {
     using R = std::invoke_result_t<F>;
     auto promise = std::make_shared<std::promise<R>>();
     auto result = promise->get_future();
-    post([this, promise, job = std::move(job)]() mutable {
+    thread_.post([this, promise, job = std::move(job)]() mutable {
       const uint64_t t0 = clock_ns();
       try {
         if constexpr (std::is_void_v<R>) {
@@ -65,20 +64,16 @@ class ReplicaWorker {
 
   // [start, end) of every job run so far, steady-clock nanoseconds.
   const std::vector<std::pair<uint64_t, uint64_t>>& busy() const { return busy_; }
-  std::thread::id thread_id() const { return thread_.get_id(); }
+  std::thread::id thread_id() const { return thread_.thread_id(0); }
 
  private:
-  void post(std::function<void()> job);
-  void loop();
   static uint64_t clock_ns();
   void record(uint64_t start_ns) { busy_.emplace_back(start_ns, clock_ns()); }
 
-  Mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_ KVTIER_GUARDED_BY(mu_);
-  bool stopping_ KVTIER_GUARDED_BY(mu_) = false;
   std::vector<std::pair<uint64_t, uint64_t>> busy_;  // written by the worker thread
-  std::thread thread_;
+  // One thread, so the replica's jobs run in order. Last: it is joined
+  // before busy_ goes.
+  TaskPool thread_{1};
 };
 
 // Seconds during which at least two of the interval lists had an interval

@@ -27,12 +27,12 @@ int run_raid_bench_cli(const RaidBenchCli& cli) {
 }
 
 void add_raid_bench_command(CLI::App& app) {
-  auto* bench = bench_group(app);
   auto cli = std::make_shared<RaidBenchCli>();
-  auto* raid = bench->add_subcommand(
-      "raid",
+  auto* raid = add_ratio_bench(
+      app, "raid",
       "RAID on O_DIRECT member files: RAID0 x2 vs fio on both members at once, RAID5 full-stripe "
-      "write vs RAID0 x (n-1)/n, degraded RAID5 read vs healthy, parity CPU seconds per GB");
+      "write vs RAID0 x (n-1)/n, degraded RAID5 read vs healthy, parity CPU seconds per GB",
+      cli, run_raid_bench_cli);
   raid->add_option("--dir", cli->opts.dir,
                    "Folder for the member files (created; must support O_DIRECT, not tmpfs)")
       ->capture_default_str();
@@ -47,8 +47,6 @@ void add_raid_bench_command(CLI::App& app) {
   add_ranged_option(raid, "--seconds", cli->opts.seconds, "Length of each timed measurement", 0.5,
                     600.0);
   raid->add_flag("--keep-files", cli->opts.keep_files, "Do not delete the member files");
-  add_ratio_json_flag(raid, cli->json);
-  raid->callback([cli] { std::exit(run_raid_bench_cli(*cli)); });
 }
 
 const RegisterCommands kRegisterRaidBench{110, add_raid_bench_command};

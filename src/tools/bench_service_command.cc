@@ -62,14 +62,14 @@ int run_service_bench_cli(ServiceBenchCli& cli) {
 }
 
 void add_service_bench_command(CLI::App& app) {
-  auto* bench = bench_group(app);
   auto cli = std::make_shared<ServiceBenchCli>();
-  auto* svc = bench->add_subcommand(
-      "service",
+  auto* svc = add_ratio_bench(
+      app, "service",
       "Store service: 1.5 MiB get over loopback TCP vs single-stream iperf3, get through the "
       "same-host shared-memory path vs memcpy, match_prefix of 8192 keys (p99), and many "
       "clients doing mixed put/get/match (errors, server RSS, p99 per op). Exits 1 when any "
-      "call failed or returned wrong bytes.");
+      "call failed or returned wrong bytes.",
+      cli, run_service_bench_cli);
   add_ranged_option(svc, "--object-kib", cli->object_kib,
                     "Object size of the get measurements, KiB", 4.0, 65536.0);
   add_ranged_option(svc, "--seconds", cli->opts.seconds, "Length of each throughput measurement",
@@ -89,8 +89,6 @@ void add_service_bench_command(CLI::App& app) {
                 "Short form for CI: 1 s measurements, 16 clients for 3 s, 100 match calls");
   svc->add_flag("--in-process", cli->in_process,
                 "Run the server inside this process instead of as a `kvtier store serve` process");
-  add_ratio_json_flag(svc, cli->json);
-  svc->callback([cli] { std::exit(run_service_bench_cli(*cli)); });
 }
 
 const RegisterCommands kRegisterServiceBench{110, add_service_bench_command};

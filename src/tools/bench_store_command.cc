@@ -31,13 +31,12 @@ int run_store_bench_cli(const StoreBenchCli& cli) {
 namespace {
 
 void add_store_bench_command(CLI::App& app) {
-  auto* bench = bench_group(app);
-
   auto cli = std::make_shared<StoreBenchCli>();
-  auto* store = bench->add_subcommand(
-      "store",
+  auto* store = add_ratio_bench(
+      app, "store",
       "In-process store: RAM-tier get vs memcpy, disk-tier cold get and writes vs fio on the same "
-      "file (O_DIRECT), match_prefix latency over a 128K-token chain, index memory per block");
+      "file (O_DIRECT), match_prefix latency over a 128K-token chain, index memory per block",
+      cli, run_store_bench_cli);
   store
       ->add_option("--volume", cli->opts.volume_path,
                    "File to use as the disk-tier volume (created; must be on a filesystem that "
@@ -55,8 +54,6 @@ void add_store_bench_command(CLI::App& app) {
                     "RAM tier size for the RAM-get measurement", 16.0, 65536.0);
   store->add_flag("--keep-volume", cli->opts.keep_volume,
                   "Do not delete the volume file at the end");
-  add_ratio_json_flag(store, cli->json);
-  store->callback([cli] { std::exit(run_store_bench_cli(*cli)); });
 }
 
 const RegisterCommands kRegisterStoreBench{100, add_store_bench_command};

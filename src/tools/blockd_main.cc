@@ -23,6 +23,7 @@
 #include "blockd/grpc_service.h"
 #include "common/http_endpoint.h"
 #include "common/log.h"
+#include "common/stop_signals.h"
 
 using namespace kvtier;  // NOLINT
 
@@ -178,11 +179,7 @@ int run_daemon(BlockdArgs& a) {
   if (int rc = resolve_policy(a, &paths); rc != 0) return rc;
 
   // Signals go to a waiting thread, not to handlers.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  const StopSignals stop_signals;
 
   auto daemon = blockd::BlockDaemon::open(a.config, std::move(*paths), a.health, a.raid);
   if (!daemon.ok()) {
@@ -210,8 +207,7 @@ int run_daemon(BlockdArgs& a) {
   std::fflush(stdout);
 
   std::thread waiter([&] {
-    int sig = 0;
-    sigwait(&set, &sig);
+    stop_signals.wait();
     (*server)->shutdown();
   });
   (*server)->wait();

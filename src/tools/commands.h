@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <string>
 
 #include "common/status.h"
@@ -41,6 +42,18 @@ inline CLI::Option* add_ratio_json_flag(CLI::App* app, bool& json) {
   return app->add_flag(
       "--json", json,
       "Print one JSON object (every ratio under a key ending in _ratio) instead of a table");
+}
+
+// A `kvtier bench <name>` subcommand with the --json flag of a ratio report:
+// its options fill `*cli` (which the callback keeps alive), and the command
+// exits with run(*cli). Returns the subcommand, for its own options.
+template <typename Cli, typename Run>
+CLI::App* add_ratio_bench(CLI::App& root, const std::string& name, const std::string& help,
+                          std::shared_ptr<Cli> cli, Run run) {
+  CLI::App* cmd = bench_group(root)->add_subcommand(name, help);
+  add_ratio_json_flag(cmd, cli->json);
+  cmd->callback([cli, run] { std::exit(run(*cli)); });
+  return cmd;
 }
 
 // Progress lines of a long benchmark: to stderr, so stdout carries only the

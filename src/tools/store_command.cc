@@ -1,8 +1,6 @@
 // `kvtier store serve` and `kvtier store stats`: run the store service, and
 // ask a running one (or every node of a cluster) for its statistics.
 // docs/store-service.md describes both.
-#include <pthread.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -18,6 +16,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/stop_signals.h"
 #include "net/client/remote_store.h"
 #include "net/cluster/cluster_config.h"
 #include "net/cluster/cluster_store.h"
@@ -41,15 +40,9 @@ int run_serve(const std::string& config_path) {
     std::fprintf(stderr, "kvtier store serve: %s\n", cfg.status().message().c_str());
     return 2;
   }
-  // SIGINT and SIGTERM are blocked in every thread (the server's threads
-  // inherit the mask) and taken by sigwait() below, so a stop is always the
-  // graceful one: connections closed, store checkpointed.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  // Before the server's threads start, so a stop is always the graceful one:
+  // connections closed, store checkpointed.
+  const StopSignals stop_signals;
 
   auto server = net::StoreServer::start(*cfg);
   if (!server.ok()) {
@@ -97,8 +90,7 @@ int run_serve(const std::string& config_path) {
     std::fflush(stderr);
   }
 
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
+  const int sig = stop_signals.wait();
   std::fprintf(stderr, "kvtier store serve: %s, stopping\n", strsignal(sig));
   std::fflush(stderr);
   if (registration) {
@@ -163,6 +155,29 @@ bool read_token(const StatsCli& cli, std::string* token) {
   return true;
 }
 
+int stats_failed(const Status& st, int rc) {
+  std::fprintf(stderr, "kvtier store stats: %s\n", st.to_string().c_str());
+  return rc;
+}
+
+// One connection per node, bounded by --timeout.
+void set_stats_client(const StatsCli& cli, net::RemoteStoreOptions* o) {
+  o->client_name = "kvtier-store-stats";
+  o->connections = 1;
+  o->call_timeout_ms = cli.timeout_ms;
+  o->connect_timeout_ms = cli.timeout_ms;
+}
+
+// One counter a line, values in a column.
+template <typename Counters>
+void print_counters(const Counters& counters, std::ostream& out) {
+  size_t width = 0;
+  for (const auto& c : counters) width = std::max(width, c.name.size());
+  for (const auto& c : counters) {
+    out << c.name << std::string(width + 2 - c.name.size(), ' ') << c.value << "\n";
+  }
+}
+
 // Several nodes: each node's answer and the sum over those that answered.
 // Exit 0 when every node answered, 3 when only some did, 1 when none did.
 int run_cluster_stats(const StatsCli& cli) {
@@ -190,21 +205,12 @@ int run_cluster_stats(const StatsCli& cli) {
   }
   net::RemoteStoreOptions& o = co.node_options;
   if (cli.cluster_config.empty() && !read_token(cli, &o.auth_token)) return 2;
-  o.client_name = "kvtier-store-stats";
-  o.connections = 1;
+  set_stats_client(cli, &o);
   o.shared_memory = false;
-  o.call_timeout_ms = cli.timeout_ms;
-  o.connect_timeout_ms = cli.timeout_ms;
   auto cs = net::ClusterStore::open(co);
-  if (!cs.ok()) {
-    std::fprintf(stderr, "kvtier store stats: %s\n", cs.status().to_string().c_str());
-    return 1;
-  }
+  if (!cs.ok()) return stats_failed(cs.status(), 1);
   auto st = (*cs)->cluster_stats();
-  if (!st.ok()) {
-    std::fprintf(stderr, "kvtier store stats: %s\n", st.status().to_string().c_str());
-    return 1;
-  }
+  if (!st.ok()) return stats_failed(st.status(), 1);
   const int rc = st->answered == st->nodes ? 0 : st->answered == 0 ? 1 : 3;
   const auto counters = net::store_stats_to_counters(st->total);
   if (cli.json) {
@@ -234,11 +240,7 @@ int run_cluster_stats(const StatsCli& cli) {
         << (n.status.ok() ? std::string("ok") : n.status.to_string()) << "\n";
   }
   out << "sum over the nodes that answered:\n";
-  size_t width = 0;
-  for (const auto& c : counters) width = std::max(width, c.name.size());
-  for (const auto& c : counters) {
-    out << c.name << std::string(width + 2 - c.name.size(), ' ') << c.value << "\n";
-  }
+  print_counters(counters, out);
   std::cout << out.str() << std::flush;
   return rc;
 }
@@ -257,15 +259,9 @@ int run_stats(const StatsCli& cli) {
     return 2;
   }
   if (!read_token(cli, &o.auth_token)) return 2;
-  o.client_name = "kvtier-store-stats";
-  o.connections = 1;
-  o.call_timeout_ms = cli.timeout_ms;
-  o.connect_timeout_ms = cli.timeout_ms;
+  set_stats_client(cli, &o);
   auto client = net::RemoteStore::open(o);
-  if (!client.ok()) {
-    std::fprintf(stderr, "kvtier store stats: %s\n", client.status().to_string().c_str());
-    return 2;
-  }
+  if (!client.ok()) return stats_failed(client.status(), 2);
   Status up = (*client)->wait_connected(cli.timeout_ms);
   if (!up.ok()) {
     std::fprintf(stderr, "kvtier store stats: %s: %s\n", cli.address.c_str(),
@@ -274,26 +270,16 @@ int run_stats(const StatsCli& cli) {
   }
   if (cli.json) {
     auto j = (*client)->stats_json();
-    if (!j.ok()) {
-      std::fprintf(stderr, "kvtier store stats: %s\n", j.status().to_string().c_str());
-      return 1;
-    }
+    if (!j.ok()) return stats_failed(j.status(), 1);
     auto parsed = nlohmann::json::parse(*j, nullptr, false);
     std::cout << (parsed.is_discarded() ? *j : parsed.dump(2)) << std::endl;
     return 0;
   }
   auto counters = (*client)->stat_counters();
-  if (!counters.ok()) {
-    std::fprintf(stderr, "kvtier store stats: %s\n", counters.status().to_string().c_str());
-    return 1;
-  }
-  size_t width = 0;
-  for (const auto& c : *counters) width = std::max(width, c.name.size());
+  if (!counters.ok()) return stats_failed(counters.status(), 1);
   std::ostringstream out;
   out << "store at " << cli.address << "\n";
-  for (const auto& c : *counters) {
-    out << c.name << std::string(width + 2 - c.name.size(), ' ') << c.value << "\n";
-  }
+  print_counters(*counters, out);
   std::cout << out.str() << std::flush;
   return 0;
 }

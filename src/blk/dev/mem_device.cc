@@ -9,19 +9,22 @@ constexpr auto kRelaxed = std::memory_order_relaxed;
 }  // namespace
 
 MemDevice::MemDevice(uint64_t capacity, uint32_t block_size, uint32_t buffer_alignment)
-    : block_size_(block_size == 0 ? 4096 : block_size),
-      buffer_alignment_(buffer_alignment == 0 ? 1 : buffer_alignment),
-      capacity_(align_down(capacity, block_size_)),
+    : FixedGeometryDevice(block_size == 0 ? 4096 : block_size,
+                          buffer_alignment == 0 ? 1 : buffer_alignment,
+                          align_down(capacity, block_size == 0 ? 4096 : block_size)),
       // Zeroed so that reads of never-written blocks are deterministic.
       storage_(capacity_, kDirectIoAlignment, /*zero=*/true) {}
 
+bool MemDevice::refused(uint64_t offset, uint64_t length, const void* buf, IoCallback& cb) {
+  Status st = check_io(offset, length, buf);
+  if (st.ok()) return false;
+  io_.errors.fetch_add(1, kRelaxed);
+  cb(std::move(st));
+  return true;
+}
+
 void MemDevice::read(uint64_t offset, MutableByteView dst, IoCallback cb) {
-  Status st = check_io(offset, dst.size(), dst.data());
-  if (!st.ok()) {
-    io_.errors.fetch_add(1, kRelaxed);
-    cb(std::move(st));
-    return;
-  }
+  if (refused(offset, dst.size(), dst.data(), cb)) return;
   std::memcpy(dst.data(), storage_.data() + offset, dst.size());
   io_.reads.fetch_add(1, kRelaxed);
   io_.bytes_read.fetch_add(dst.size(), kRelaxed);
@@ -29,12 +32,7 @@ void MemDevice::read(uint64_t offset, MutableByteView dst, IoCallback cb) {
 }
 
 void MemDevice::write(uint64_t offset, ByteView src, IoCallback cb) {
-  Status st = check_io(offset, src.size(), src.data());
-  if (!st.ok()) {
-    io_.errors.fetch_add(1, kRelaxed);
-    cb(std::move(st));
-    return;
-  }
+  if (refused(offset, src.size(), src.data(), cb)) return;
   std::memcpy(storage_.data() + offset, src.data(), src.size());
   io_.writes.fetch_add(1, kRelaxed);
   io_.bytes_written.fetch_add(src.size(), kRelaxed);
@@ -47,12 +45,7 @@ void MemDevice::flush(IoCallback cb) {
 }
 
 void MemDevice::trim(uint64_t offset, uint64_t length, IoCallback cb) {
-  Status st = check_io(offset, length, nullptr);
-  if (!st.ok()) {
-    io_.errors.fetch_add(1, kRelaxed);
-    cb(std::move(st));
-    return;
-  }
+  if (refused(offset, length, nullptr, cb)) return;
   std::memset(storage_.data() + offset, 0, length);
   io_.trims.fetch_add(1, kRelaxed);
   cb(Status::ok_status());

@@ -13,7 +13,7 @@
 
 namespace kvtier::blk {
 
-class MemDevice : public BlockDevice {
+class MemDevice : public FixedGeometryDevice {
  public:
   // `capacity` is rounded down to a multiple of `block_size`. The memory is
   // zero-filled. `buffer_alignment` lets tests mimic an O_DIRECT device's
@@ -21,9 +21,6 @@ class MemDevice : public BlockDevice {
   explicit MemDevice(uint64_t capacity, uint32_t block_size = 4096, uint32_t buffer_alignment = 1);
 
   std::string name() const override { return "mem"; }
-  uint32_t block_size() const override { return block_size_; }
-  uint32_t buffer_alignment() const override { return buffer_alignment_; }
-  uint64_t capacity() const override { return capacity_; }
 
   void read(uint64_t offset, MutableByteView dst, IoCallback cb) override;
   void write(uint64_t offset, ByteView src, IoCallback cb) override;
@@ -39,9 +36,9 @@ class MemDevice : public BlockDevice {
   MutableByteView raw() { return storage_.subview(0, capacity_); }
 
  private:
-  const uint32_t block_size_;
-  const uint32_t buffer_alignment_;
-  const uint64_t capacity_;
+  // A request check_io() refuses: counted as an error and failed through `cb`.
+  bool refused(uint64_t offset, uint64_t length, const void* buf, IoCallback& cb);
+
   AlignedBuffer storage_;
 
   DeviceCounters io_;  // what stats() reports

@@ -33,6 +33,21 @@ constexpr unsigned kMaxQueueDepth = 32768;
 
 std::string errno_text(int err) { return std::strerror(err); }
 
+// A read or write of `len` bytes at `offset`, through registered buffer
+// `buf_index` (READ_FIXED / WRITE_FIXED) when it is >= 0.
+void prep_read_or_write(io_uring_sqe* sqe, bool write, int fd, std::byte* buf, unsigned len,
+                        uint64_t offset, int buf_index) {
+  if (buf_index >= 0 && write) {
+    io_uring_prep_write_fixed(sqe, fd, buf, len, offset, buf_index);
+  } else if (buf_index >= 0) {
+    io_uring_prep_read_fixed(sqe, fd, buf, len, offset, buf_index);
+  } else if (write) {
+    io_uring_prep_write(sqe, fd, buf, len, offset);
+  } else {
+    io_uring_prep_read(sqe, fd, buf, len, offset);
+  }
+}
+
 }  // namespace
 
 Result<std::unique_ptr<UringDevice>> UringDevice::open(const UringOptions& options) {
@@ -308,18 +323,8 @@ void UringDevice::prep_locked(uint32_t idx) {
   const auto len = static_cast<unsigned>(std::min(r.remaining, kMaxChunk));
   switch (r.op) {
     case Op::kRead:
-      if (s.buf_index >= 0) {
-        io_uring_prep_read_fixed(sqe, fd, r.buf, len, r.offset, s.buf_index);
-      } else {
-        io_uring_prep_read(sqe, fd, r.buf, len, r.offset);
-      }
-      break;
     case Op::kWrite:
-      if (s.buf_index >= 0) {
-        io_uring_prep_write_fixed(sqe, fd, r.buf, len, r.offset, s.buf_index);
-      } else {
-        io_uring_prep_write(sqe, fd, r.buf, len, r.offset);
-      }
+      prep_read_or_write(sqe, r.op == Op::kWrite, fd, r.buf, len, r.offset, s.buf_index);
       break;
     case Op::kReadv:
       // The iovecs live in the slot until the completion.

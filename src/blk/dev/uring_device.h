@@ -52,7 +52,7 @@ struct UringOptions {
   int adopt_fd = -1;
 };
 
-class UringDevice : public BlockDevice {
+class UringDevice : public FixedGeometryDevice {
  public:
   // How many buffers register_buffer() can hold at once.
   static constexpr unsigned kMaxRegisteredBuffers = 64;
@@ -72,9 +72,6 @@ class UringDevice : public BlockDevice {
   UringDevice& operator=(const UringDevice&) = delete;
 
   std::string name() const override { return "uring:" + path_; }
-  uint32_t block_size() const override { return block_size_; }
-  uint32_t buffer_alignment() const override { return buffer_alignment_; }
-  uint64_t capacity() const override { return capacity_; }
 
   void read(uint64_t offset, MutableByteView dst, IoCallback cb) override;
   void write(uint64_t offset, ByteView src, IoCallback cb) override;
@@ -147,7 +144,8 @@ class UringDevice : public BlockDevice {
     Status status;
   };
 
-  UringDevice() = default;
+  // Geometry set by open() from the file or device.
+  UringDevice() : FixedGeometryDevice(4096, 1, 0) {}
   Status init(const UringOptions& options);
   // init's steps: open the path (unless adopted), learn its block size and
   // size (extending a file to create_size), set up the ring and its tables.
@@ -174,9 +172,6 @@ class UringDevice : public BlockDevice {
   bool fixed_file_ = false;
   bool ring_ready_ = false;
   bool buffers_sparse_ = false;
-  uint32_t block_size_ = 4096;
-  uint32_t buffer_alignment_ = 1;
-  uint64_t capacity_ = 0;
   unsigned queue_depth_ = 0;
 
   io_uring ring_{};

@@ -78,11 +78,9 @@ Result<std::unique_ptr<Raid0>> Raid0::create(std::vector<std::shared_ptr<BlockDe
 
 Raid0::Raid0(std::vector<std::shared_ptr<BlockDevice>> members, uint64_t strip, uint32_t block_size,
              uint32_t buffer_alignment, uint64_t capacity)
-    : members_(std::move(members)),
+    : FixedGeometryDevice(block_size, buffer_alignment, capacity),
+      members_(std::move(members)),
       strip_(strip),
-      block_size_(block_size),
-      buffer_alignment_(buffer_alignment),
-      capacity_(capacity),
       name_(make_name(members_)) {}
 
 Raid0::~Raid0() {

@@ -22,7 +22,7 @@
 
 namespace kvtier::blk {
 
-class Raid0 : public BlockDevice {
+class Raid0 : public FixedGeometryDevice {
  public:
   // Requirements: at least one member, all with the same block size, and
   // `strip_bytes` a non-zero multiple of block_size() (see below). Capacity is
@@ -39,10 +39,7 @@ class Raid0 : public BlockDevice {
   // when that is bigger (a 512-byte-sector O_DIRECT disk): a request is split
   // at strip boundaries, and only offsets that are multiples of the members'
   // buffer alignment keep every piece's sub-buffer aligned.
-  uint32_t block_size() const override { return block_size_; }
   // The largest member buffer_alignment().
-  uint32_t buffer_alignment() const override { return buffer_alignment_; }
-  uint64_t capacity() const override { return capacity_; }
 
   void read(uint64_t offset, MutableByteView dst, IoCallback cb) override;
   void write(uint64_t offset, ByteView src, IoCallback cb) override;
@@ -90,9 +87,6 @@ class Raid0 : public BlockDevice {
 
   const std::vector<std::shared_ptr<BlockDevice>> members_;
   const uint64_t strip_;
-  const uint32_t block_size_;
-  const uint32_t buffer_alignment_;
-  const uint64_t capacity_;
   const std::string name_;
 
   // Parent requests not yet completed. Decremented under idle_mu_ so that the

@@ -329,18 +329,21 @@ Result<std::unique_ptr<RaidArray>> RaidArray::assemble(
   return a;
 }
 
+size_t RaidArray::data_strips_per_row(const Geometry& g) {
+  return parity_count(g.level) > 0 ? g.n - parity_count(g.level) : g.n / g.copies;
+}
+
 RaidArray::RaidArray(const Geometry& g, std::array<uint8_t, 16> uuid, std::string label,
                      uint64_t event, std::vector<std::shared_ptr<BlockDevice>> devs,
                      std::vector<MemberState> states, const RaidRuntimeOptions& runtime)
-    : geo_(g),
+    : FixedGeometryDevice(g.block_size, std::max<uint32_t>(g.alignment, 1),
+                          g.rows * data_strips_per_row(g) * g.strip),
+      geo_(g),
       level_(g.level),
       n_(g.n),
       m_(parity_count(g.level)),
-      data_per_row_(parity_count(g.level) > 0 ? g.n - parity_count(g.level) : g.n / g.copies),
+      data_per_row_(data_strips_per_row(g)),
       strip_(g.strip),
-      block_size_(g.block_size),
-      buffer_alignment_(std::max<uint32_t>(g.alignment, 1)),
-      capacity_(g.rows * data_per_row_ * g.strip),
       uuid_(uuid),
       label_(std::move(label)),
       name_(fmt::format("{}[{}]", raid_level_name(g.level),

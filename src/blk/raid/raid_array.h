@@ -96,7 +96,7 @@ struct RaidStatus {
   uint64_t parity_bytes = 0;       // bytes of data run through the codec
 };
 
-class RaidArray : public BlockDevice {
+class RaidArray : public FixedGeometryDevice {
  public:
   // Formats `members` (all with the same block size) as a new array: writes
   // superblocks and an empty bitmap. Bytes never written read back as whatever
@@ -117,9 +117,6 @@ class RaidArray : public BlockDevice {
   ~RaidArray() override;
 
   std::string name() const override { return name_; }
-  uint32_t block_size() const override { return block_size_; }
-  uint32_t buffer_alignment() const override { return buffer_alignment_; }
-  uint64_t capacity() const override { return capacity_; }
 
   void read(uint64_t offset, MutableByteView dst, IoCallback cb) override;
   void write(uint64_t offset, ByteView src, IoCallback cb) override;
@@ -182,6 +179,8 @@ class RaidArray : public BlockDevice {
     uint32_t block_size = 0;
     uint32_t alignment = 0;
   };
+  // Strips of data in a row: k of n for parity, one per mirror group.
+  static size_t data_strips_per_row(const Geometry& g);
 
   RaidArray(const Geometry& g, std::array<uint8_t, 16> uuid, std::string label, uint64_t event,
             std::vector<std::shared_ptr<BlockDevice>> devs, std::vector<MemberState> states,
@@ -258,9 +257,6 @@ class RaidArray : public BlockDevice {
   const size_t m_;             // parity shards per row (0 for mirrors)
   const size_t data_per_row_;  // k for parity, groups for mirrors
   const uint64_t strip_;
-  const uint32_t block_size_;
-  const uint32_t buffer_alignment_;
-  const uint64_t capacity_;
   const std::array<uint8_t, 16> uuid_;
   const std::string label_;
   const std::string name_;

@@ -75,17 +75,30 @@ TEST(RaidHostileTest, MembersThatDisagreeOnAnyGeometryFieldAreRefused) {
   EXPECT_NE(a.status().message().find("disagrees"), std::string::npos) << a.status().to_string();
 }
 
+// Bits in the write-intent bitmap of the array `sb` describes.
+uint64_t bitmap_bits(const RaidSuperblock& sb) {
+  return (sb.rows + sb.rows_per_bit - 1) / sb.rows_per_bit;
+}
+
+// Writes `bits` as every member's write-intent bitmap, as a crash would
+// leave it.
+void write_bitmap(const std::vector<std::shared_ptr<MemDevice>>& mems, const RaidSuperblock& sb,
+                  const std::vector<uint8_t>& bits) {
+  AlignedBuffer bm(sb.bitmap_area_bytes, 4096);
+  encode_bitmap(bits, bitmap_bits(sb), bm.view());
+  for (auto& m : mems) std::memcpy(m->raw().data() + sb.bitmap_offset, bm.data(), bm.size());
+}
+
 TEST(RaidHostileTest, DirtyAndDegradedParityArrayIsRefusedUnlessForcedAndKeepsItsMarks) {
   auto mems = make_raid5("hole");
   auto sb = RaidArray::read_superblock(*mems[0]);
   ASSERT_TRUE(sb.ok());
-  const uint64_t nbits = (sb->rows + sb->rows_per_bit - 1) / sb->rows_per_bit;
+  const uint64_t nbits = bitmap_bits(*sb);
   // A crash mid-write: every member's bitmap says some rows were in flight.
   std::vector<uint8_t> bits((nbits + 7) / 8, 0);
   bits[0] = 0x01;
-  AlignedBuffer bm(sb->bitmap_area_bytes, 4096);
-  encode_bitmap(bits, nbits, bm.view());
-  for (auto& m : mems) std::memcpy(m->raw().data() + sb->bitmap_offset, bm.data(), bm.size());
+  write_bitmap(mems, *sb, bits);
+  const size_t bitmap_bytes = sb->bitmap_area_bytes;
 
   // ... and then a member is lost.
   std::vector<std::shared_ptr<BlockDevice>> two{mems[0], mems[1]};
@@ -94,7 +107,8 @@ TEST(RaidHostileTest, DirtyAndDegradedParityArrayIsRefusedUnlessForcedAndKeepsIt
   EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(refused.status().message().find("write hole"), std::string::npos);
   // The refusal left the marks on the members.
-  auto still = decode_bitmap(ByteView(mems[0]->raw().data() + sb->bitmap_offset, bm.size()), nbits);
+  auto still =
+      decode_bitmap(ByteView(mems[0]->raw().data() + sb->bitmap_offset, bitmap_bytes), nbits);
   ASSERT_TRUE(still.ok());
   EXPECT_EQ((*still)[0] & 1, 1);
 
@@ -108,7 +122,7 @@ TEST(RaidHostileTest, DirtyAndDegradedParityArrayIsRefusedUnlessForcedAndKeepsIt
     EXPECT_GE((*a)->status().dirty_bits, 1u);
   }
   // Closed again: still dirty on the members, for whoever comes next.
-  still = decode_bitmap(ByteView(mems[0]->raw().data() + sb->bitmap_offset, bm.size()), nbits);
+  still = decode_bitmap(ByteView(mems[0]->raw().data() + sb->bitmap_offset, bitmap_bytes), nbits);
   ASSERT_TRUE(still.ok());
   EXPECT_EQ((*still)[0] & 1, 1);
 }
@@ -117,11 +131,8 @@ TEST(RaidHostileTest, DirtyButWholeArrayIsResyncedAndCleared) {
   auto mems = make_raid5("whole");
   auto sb = RaidArray::read_superblock(*mems[0]);
   ASSERT_TRUE(sb.ok());
-  const uint64_t nbits = (sb->rows + sb->rows_per_bit - 1) / sb->rows_per_bit;
-  std::vector<uint8_t> bits((nbits + 7) / 8, 0xff);
-  AlignedBuffer bm(sb->bitmap_area_bytes, 4096);
-  encode_bitmap(bits, nbits, bm.view());
-  for (auto& m : mems) std::memcpy(m->raw().data() + sb->bitmap_offset, bm.data(), bm.size());
+  // Every row marked in flight.
+  write_bitmap(mems, *sb, std::vector<uint8_t>((bitmap_bits(*sb) + 7) / 8, 0xff));
   auto a = RaidArray::assemble(as_devices(mems));
   ASSERT_TRUE(a.ok()) << a.status().to_string();
   EXPECT_EQ((*a)->status().dirty_bits, 0u);

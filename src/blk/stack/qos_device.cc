@@ -156,22 +156,26 @@ void QosDevice::dispatcher_loop() {
   }
 }
 
-void QosDevice::read(uint64_t offset, MutableByteView dst, IoCallback cb) {
-  if (Status st = check_io(offset, dst.size(), dst.data()); !st.ok()) return cb(std::move(st));
+void QosDevice::admit_checked(bool is_write, uint64_t offset, size_t bytes, const void* buf,
+                              IoCallback cb, std::function<void(IoCallback)> submit) {
+  if (Status st = check_io(offset, bytes, buf); !st.ok()) return cb(std::move(st));
+  // Shared: exactly one of the two runs, the submit or the refusal.
   auto shared_cb = std::make_shared<IoCallback>(std::move(cb));
   admit_or_queue(
-      false, dst.size(),
-      [this, offset, dst, shared_cb] { inner_->read(offset, dst, std::move(*shared_cb)); },
+      is_write, bytes, [submit = std::move(submit), shared_cb] { submit(std::move(*shared_cb)); },
       [shared_cb](Status st) { (*shared_cb)(std::move(st)); });
 }
 
+void QosDevice::read(uint64_t offset, MutableByteView dst, IoCallback cb) {
+  admit_checked(
+      false, offset, dst.size(), dst.data(), std::move(cb),
+      [this, offset, dst](IoCallback done) { inner_->read(offset, dst, std::move(done)); });
+}
+
 void QosDevice::write(uint64_t offset, ByteView src, IoCallback cb) {
-  if (Status st = check_io(offset, src.size(), src.data()); !st.ok()) return cb(std::move(st));
-  auto shared_cb = std::make_shared<IoCallback>(std::move(cb));
-  admit_or_queue(
-      true, src.size(),
-      [this, offset, src, shared_cb] { inner_->write(offset, src, std::move(*shared_cb)); },
-      [shared_cb](Status st) { (*shared_cb)(std::move(st)); });
+  admit_checked(
+      true, offset, src.size(), src.data(), std::move(cb),
+      [this, offset, src](IoCallback done) { inner_->write(offset, src, std::move(done)); });
 }
 
 }  // namespace kvtier::blk

@@ -91,6 +91,10 @@ class QosDevice : public StackedDevice {
   bool try_admit_locked(bool is_write, uint64_t bytes, double* wait_s) KVTIER_REQUIRES(mu_);
   void refill_locked() KVTIER_REQUIRES(mu_);
   void admit_or_queue(bool is_write, uint64_t bytes, std::function<void()> submit, IoCallback cb);
+  // A read or write: checked, then admitted or queued; `submit` passes the
+  // request to the inner device with the callback it is given.
+  void admit_checked(bool is_write, uint64_t offset, size_t bytes, const void* buf, IoCallback cb,
+                     std::function<void(IoCallback)> submit);
   void dispatcher_loop();
 
   mutable Mutex mu_;

@@ -5,6 +5,28 @@
 
 namespace kvtier::net {
 
+namespace {
+
+using Parts = std::vector<std::pair<size_t, size_t>>;
+
+// A batch cut into frames within the server's batch and frame limits.
+template <typename SizeOf>
+Parts frame_parts(size_t n, const ServerLimits& lim, uint64_t max_obj, SizeOf&& size_of) {
+  return chunks(n, std::max<uint32_t>(1, lim.max_batch),
+                std::max<uint64_t>(lim.max_data_bytes, max_obj), size_of);
+}
+
+// The request of one frame: items [part.first, part.second) of the batch.
+template <typename Request, typename ItemOf>
+Message part_request(uint16_t sns, std::pair<size_t, size_t> part, ItemOf&& item_of) {
+  Request req;
+  req.ns = sns;
+  for (size_t k = part.first; k < part.second; ++k) req.items.push_back(item_of(k));
+  return Message(std::move(req));
+}
+
+}  // namespace
+
 Result<std::vector<kv::PutResult>> RemoteStore::batch_put(uint16_t ns,
                                                           std::span<const kv::Key128> keys,
                                                           std::span<const ByteView> data) {
@@ -25,19 +47,15 @@ Result<std::vector<kv::PutResult>> RemoteStore::batch_put(uint16_t ns,
   }
   if (keys.empty()) return std::vector<kv::PutResult>{};
   // Chunks within the server's batch and frame limits, pipelined.
-  auto parts = chunks(keys.size(), std::max<uint32_t>(1, lim.max_batch),
-                      std::max<uint64_t>(lim.max_data_bytes, max_obj),
-                      [&](size_t i) { return data[i].size(); });
+  const Parts parts =
+      frame_parts(keys.size(), lim, max_obj, [&](size_t i) { return data[i].size(); });
   Status bad;
   auto replies = impl_->request_pipelined(
       ns, parts.size(),
       [&](size_t p, uint16_t sns) {
-        BatchPutRequest req;
-        req.ns = sns;
-        for (size_t k = parts[p].first; k < parts[p].second; ++k) {
-          req.items.push_back({keys[k], static_cast<uint32_t>(data[k].size())});
-        }
-        return Message(std::move(req));
+        return part_request<BatchPutRequest>(sns, parts[p], [&](size_t k) {
+          return KeyLength{keys[k], static_cast<uint32_t>(data[k].size())};
+        });
       },
       [&](size_t p) { return data.subspan(parts[p].first, parts[p].second - parts[p].first); },
       [](size_t) { return std::span<const MutableByteView>(); }, MessageType::kBatchPutResponse,
@@ -76,19 +94,15 @@ Result<std::vector<kv::GetResult>> RemoteStore::batch_get(uint16_t ns,
   outs.reserve(items.size());
   for (const auto& it : items)
     outs.push_back(it.out.first(std::min<uint64_t>(it.out.size(), max_obj)));
-  auto parts = chunks(items.size(), std::max<uint32_t>(1, lim.max_batch),
-                      std::max<uint64_t>(lim.max_data_bytes, max_obj),
-                      [&](size_t i) { return outs[i].size(); });
+  const Parts parts =
+      frame_parts(items.size(), lim, max_obj, [&](size_t i) { return outs[i].size(); });
   Status bad;
   auto replies = impl_->request_pipelined(
       ns, parts.size(),
       [&](size_t p, uint16_t sns) {
-        BatchGetRequest req;
-        req.ns = sns;
-        for (size_t k = parts[p].first; k < parts[p].second; ++k) {
-          req.items.push_back({items[k].key, static_cast<uint32_t>(outs[k].size())});
-        }
-        return Message(std::move(req));
+        return part_request<BatchGetRequest>(sns, parts[p], [&](size_t k) {
+          return KeyLength{items[k].key, static_cast<uint32_t>(outs[k].size())};
+        });
       },
       [](size_t) { return std::span<const ByteView>(); },
       [&](size_t p) {

@@ -11,6 +11,7 @@
 #include "net/cluster/placement.h"
 #include "net/server/server_config.h"
 #include "net/server/store_server.h"
+#include "net/testing/store_test_util.h"
 
 namespace kvtier::net {
 namespace {
@@ -24,14 +25,15 @@ struct ThreeNodes {
   std::unique_ptr<ClusterStore> cluster;
   uint16_t ns = 0;
 
+  // Puts blocks ckey(first) .. ckey(first + n - 1); returns their keys.
+  std::vector<kv::Key128> put_chain(uint64_t first, size_t n);
+
   ThreeNodes() {
     ClusterStoreOptions o;
     for (int i = 0; i < 3; ++i) {
-      ServerConfig c;
-      c.listen_port = 0;
+      ServerConfig c = testing::test_config();
       c.metrics_enabled = false;
       c.io_threads = 1;
-      c.store_threads = 2;
       c.store.max_object_bytes = kObj;
       c.store.ram_bytes = 256 * kObj;
       kv::StoreOptions so;
@@ -67,6 +69,16 @@ std::vector<std::byte> payload(const kv::Key128& k) {
     c = static_cast<std::byte>(x >> 56);
   }
   return b;
+}
+
+std::vector<kv::Key128> ThreeNodes::put_chain(uint64_t first, size_t n) {
+  std::vector<kv::Key128> keys;
+  for (size_t i = 0; i < n; ++i) {
+    keys.push_back(ckey(first + i));
+    auto d = payload(keys.back());
+    EXPECT_TRUE(cluster->put(ns, keys.back(), d).ok()) << i;
+  }
+  return keys;
 }
 
 TEST(ClusterStore, BatchesSplitPerOwnerAndMergeInOrder) {
@@ -112,13 +124,7 @@ TEST(ClusterStore, BatchesSplitPerOwnerAndMergeInOrder) {
 
 TEST(ClusterStore, MatchPrefixStopsAtTheFirstMissingKeyOnAnyNode) {
   ThreeNodes t;
-  constexpr size_t kN = 40;
-  std::vector<kv::Key128> keys;
-  for (size_t i = 0; i < kN; ++i) {
-    keys.push_back(ckey(100 + i));
-    auto d = payload(keys.back());
-    ASSERT_TRUE(t.cluster->put(t.ns, keys.back(), d).ok());
-  }
+  const std::vector<kv::Key128> keys = t.put_chain(100, 40);
   for (size_t hole : {size_t{0}, size_t{17}, size_t{39}}) {
     ASSERT_TRUE(t.cluster->remove(t.ns, keys[hole]).ok());
     auto m = t.cluster->match_prefix(t.ns, keys);
@@ -140,12 +146,7 @@ TEST(ClusterStore, MatchPrefixStopsAtTheFirstMissingKeyOnAnyNode) {
 TEST(ClusterStore, StoppedNodeGivesMissesNotErrors) {
   ThreeNodes t;
   constexpr size_t kN = 30;
-  std::vector<kv::Key128> keys;
-  for (size_t i = 0; i < kN; ++i) {
-    keys.push_back(ckey(500 + i));
-    auto d = payload(keys.back());
-    ASSERT_TRUE(t.cluster->put(t.ns, keys.back(), d).ok());
-  }
+  const std::vector<kv::Key128> keys = t.put_chain(500, kN);
   ASSERT_TRUE(t.servers[1]->stop().ok());
   std::vector<std::byte> buf(kObj);
   size_t misses = 0;

@@ -22,6 +22,7 @@
 #include "net/server/shm_channel_server.h"
 #include "net/server/store_server.h"
 #include "net/shm/shm_channel_io.h"
+#include "net/testing/store_test_util.h"
 
 namespace kvtier::net {
 namespace {
@@ -242,11 +243,8 @@ TEST(ShmChannelServer, LeasesAreBoundedServerWideAcrossChannels) {
 // ---- End to end ----
 
 std::unique_ptr<StoreServer> start_server(std::unique_ptr<kv::Store> store) {
-  ServerConfig c;
-  c.listen_port = 0;
+  ServerConfig c = testing::test_config();
   c.metrics_enabled = false;
-  c.io_threads = 2;
-  c.store_threads = 2;
   c.store.max_object_bytes = kObj;
   auto s = StoreServer::start(c, std::move(store));
   EXPECT_TRUE(s.ok()) << s.status().to_string();
@@ -254,11 +252,8 @@ std::unique_ptr<StoreServer> start_server(std::unique_ptr<kv::Store> store) {
 }
 
 std::unique_ptr<RemoteStore> connect(uint16_t port) {
-  RemoteStoreOptions o;
-  o.port = port;
+  RemoteStoreOptions o = testing::client_options(port);
   o.connections = 1;
-  o.call_timeout_ms = 5000;
-  o.connect_timeout_ms = 2000;
   auto c = RemoteStore::open(o);
   EXPECT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_TRUE((*c)->wait_connected(5000).ok());
@@ -307,8 +302,7 @@ TEST(DirectChannel, MatchPrefixOverTheChannelEqualsTcp) {
   auto c = connect(server->port());
   auto ns = c->register_namespace(channel_namespace());
   ASSERT_TRUE(ns.ok());
-  RemoteStoreOptions o;
-  o.port = server->port();
+  RemoteStoreOptions o = testing::client_options(server->port());
   o.shared_memory = false;
   auto tcp = RemoteStore::open(o);
   ASSERT_TRUE(tcp.ok() && (*tcp)->wait_connected(5000).ok());

@@ -18,6 +18,7 @@
 #include "net/client/remote_store.h"
 #include "net/server/store_server.h"
 #include "net/shm/shm_area.h"
+#include "net/testing/store_test_util.h"
 
 namespace kvtier::net {
 namespace {
@@ -31,11 +32,8 @@ constexpr uint32_t kObj = 256 << 10;
 kv::Namespace shm_namespace() { return kv::test_namespace("shm-model"); }
 
 std::unique_ptr<StoreServer> start_server(bool shm_enabled) {
-  ServerConfig c;
-  c.listen_port = 0;
+  ServerConfig c = testing::test_config();
   c.metrics_enabled = false;
-  c.io_threads = 2;
-  c.store_threads = 2;
   c.shm_enabled = shm_enabled;
   c.store.max_object_bytes = kObj;
   kv::StoreOptions o;
@@ -49,11 +47,7 @@ std::unique_ptr<StoreServer> start_server(bool shm_enabled) {
 }
 
 std::unique_ptr<RemoteStore> connect(uint16_t port, bool shared_memory) {
-  RemoteStoreOptions o;
-  o.port = port;
-  o.connections = 2;
-  o.call_timeout_ms = 5000;
-  o.connect_timeout_ms = 2000;
+  RemoteStoreOptions o = testing::client_options(port);
   o.shared_memory = shared_memory;
   auto c = RemoteStore::open(o);
   EXPECT_TRUE(c.ok()) << c.status().to_string();
@@ -308,12 +302,9 @@ TEST(SharedMemoryPath, ServerStoppedMidStreamGivesMissesThenRecovers) {
   auto server = start_server(true);
   ASSERT_TRUE(server);
   const uint16_t port = server->port();
-  RemoteStoreOptions o;
-  o.port = port;
-  o.connections = 2;
+  RemoteStoreOptions o = testing::client_options(port);
   o.call_timeout_ms = 1000;
   o.connect_timeout_ms = 500;
-  o.reconnect_min_ms = 10;
   o.reconnect_max_ms = 50;
   auto c = RemoteStore::open(o);
   ASSERT_TRUE(c.ok());

@@ -185,8 +185,7 @@ TEST(StoreServer, LargeRequestsAreSplitToTheServerLimitsAndPipelined) {
   auto server = start_server(cfg, small_store(128));
   ASSERT_TRUE(server);
   // TCP only: same-host batches would take the direct channel instead.
-  RemoteStoreOptions tcp = client_options(server->port());
-  tcp.shared_memory = false;
+  RemoteStoreOptions tcp = tcp_client_options(server->port());
   auto client = connect(tcp);
   EXPECT_EQ(client->server_limits().max_data_bytes, 4 * kObj);
   uint16_t ns = *client->register_namespace(test_namespace());
@@ -237,8 +236,7 @@ TEST(StoreServer, MetricsAndHealthEndpoint) {
   ASSERT_NE(server->metrics_port(), 0);
   // Over TCP: the shared-memory path counts its ops as shm_put/shm_get
   // (shm_test.cc checks those).
-  RemoteStoreOptions co = client_options(server->port());
-  co.shared_memory = false;
+  RemoteStoreOptions co = tcp_client_options(server->port());
   auto client = connect(co);
   uint16_t ns = *client->register_namespace(test_namespace());
   AlignedBuffer buf(kObj);
@@ -349,8 +347,7 @@ TEST(StoreServer, PipelinedConcurrentClientsOverTcpWithStats) {
 // Puts blocks `first` .. `first + count - 1` (payloads from their keys)
 // through a TCP client.
 void put_payloads(StoreServer& server, uint64_t first, int count) {
-  RemoteStoreOptions o = client_options(server.port());
-  o.shared_memory = false;
+  RemoteStoreOptions o = tcp_client_options(server.port());
   auto loader = connect(o);
   uint16_t ns = *loader->register_namespace(test_namespace());
   AlignedBuffer buf(kObj);

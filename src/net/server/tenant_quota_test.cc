@@ -116,9 +116,7 @@ TEST(HostileClients, NamespaceChurnDoesNotFillTheHandleTable) {
   // 40 clients, one after another, each with two namespaces never seen
   // before: 80 namespaces through a table of 8.
   for (int i = 0; i < 40; ++i) {
-    RemoteStoreOptions o = client_options(server->port());
-    o.connections = 1;
-    o.shared_memory = false;
+    RemoteStoreOptions o = tcp_client_options(server->port(), 1);
     auto c = connect(o);
     for (int j = 0; j < 2; ++j) {
       auto h = c->register_namespace(test_namespace("churn-" + std::to_string(2 * i + j)));
@@ -130,9 +128,7 @@ TEST(HostileClients, NamespaceChurnDoesNotFillTheHandleTable) {
   EXPECT_LE(server->store().namespace_handles(), 8u);
   // A client holding 8 namespaces fills the table; a ninth is refused,
   // typed, and the first eight keep working.
-  RemoteStoreOptions o = client_options(server->port());
-  o.connections = 1;
-  o.shared_memory = false;
+  RemoteStoreOptions o = tcp_client_options(server->port(), 1);
   auto full = connect(o);
   std::vector<uint16_t> held;
   for (int j = 0; j < 8; ++j) {
@@ -158,9 +154,7 @@ void silent_connections(uint32_t max_connections, uint32_t max_pending_hello) {
   ASSERT_TRUE(server);
   std::vector<std::unique_ptr<RawClient>> silent;
   for (int i = 0; i < 500; ++i) silent.push_back(std::make_unique<RawClient>(server->port()));
-  RemoteStoreOptions o = client_options(server->port());
-  o.shared_memory = false;
-  o.connections = 1;
+  RemoteStoreOptions o = tcp_client_options(server->port(), 1);
   auto c = connect(o, /*must_connect=*/false);
   ASSERT_TRUE(c->wait_connected(20000).ok());
   const uint16_t ns = *c->register_namespace(test_namespace());

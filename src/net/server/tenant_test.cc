@@ -251,8 +251,7 @@ TEST(HostileClients, IdleConnectionIsClosedAndOthersAreServed) {
   ASSERT_TRUE(raw_session(idle).has_value());
   EXPECT_TRUE(idle.closed_by_peer(10000));
   // A legitimate client keeps being served (its pool reconnects).
-  RemoteStoreOptions o = client_options(server->port());
-  o.shared_memory = false;
+  RemoteStoreOptions o = tcp_client_options(server->port());
   auto c = connect(o);
   const uint16_t ns = *c->register_namespace(test_namespace());
   AlignedBuffer buf(kObj);
@@ -269,8 +268,7 @@ TEST(HostileClients, ClientThatStopsReadingLosesItsConnectionAndLease) {
   auto server = start_server(cfg, small_store(64));
   ASSERT_TRUE(server);
   {
-    RemoteStoreOptions o = client_options(server->port());
-    o.shared_memory = false;
+    RemoteStoreOptions o = tcp_client_options(server->port());
     auto loader = connect(o);
     const uint16_t ns = *loader->register_namespace(test_namespace());
     AlignedBuffer buf(kObj);
@@ -301,8 +299,7 @@ TEST(HostileClients, ClientThatStopsReadingLosesItsConnectionAndLease) {
   }
   EXPECT_TRUE(released);
   // The blocks are all still there for everyone else.
-  RemoteStoreOptions o = client_options(server->port());
-  o.shared_memory = false;
+  RemoteStoreOptions o = tcp_client_options(server->port());
   auto c = connect(o);
   const uint16_t ns = *c->register_namespace(test_namespace());
   AlignedBuffer buf(kObj);
@@ -376,9 +373,7 @@ TEST(HostileClients, ThousandsOfSilentConnectionsDoNotStopService) {
     silent.push_back(std::make_unique<RawClient>(server->metrics_port()));
   }
   // A legitimate client is served (silent ones are evicted, or time out).
-  RemoteStoreOptions o = client_options(server->port());
-  o.shared_memory = false;
-  o.connections = 1;
+  RemoteStoreOptions o = tcp_client_options(server->port(), 1);
   auto c = connect(o, /*must_connect=*/false);
   ASSERT_TRUE(c->wait_connected(60000).ok());
   const uint16_t ns = *c->register_namespace(test_namespace());

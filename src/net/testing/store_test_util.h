@@ -74,6 +74,15 @@ inline RemoteStoreOptions client_options(uint16_t port) {
   return o;
 }
 
+// TCP only (no shared memory, no direct channel): what a client on another
+// host gets.
+inline RemoteStoreOptions tcp_client_options(uint16_t port, unsigned connections = 2) {
+  RemoteStoreOptions o = client_options(port);
+  o.shared_memory = false;
+  o.connections = connections;
+  return o;
+}
+
 inline std::unique_ptr<RemoteStore> connect(const RemoteStoreOptions& o, bool must_connect = true) {
   auto c = RemoteStore::open(o);
   EXPECT_TRUE(c.ok()) << c.status().to_string();

@@ -279,32 +279,33 @@ Result<FrameHeader> decode_header(ByteView in, const FrameLimits& limits, uint16
   return h;
 }
 
-Status verify_descriptor(const FrameHeader& h, ByteView descriptor) {
-  if (descriptor.size() != h.descriptor_len) {
+namespace {
+
+// One section of a frame (`what`: descriptor or data) against the length and
+// CRC its header gives.
+Status verify_section(ByteView bytes, const char* what, uint64_t want_len, uint32_t want_crc,
+                      ProtocolError crc_error) {
+  if (bytes.size() != want_len) {
     return perr(ProtocolError::kTruncatedFrame,
-                "descriptor of " + std::to_string(descriptor.size()) + " bytes, header says " +
-                    std::to_string(h.descriptor_len));
+                std::string(what) + " of " + std::to_string(bytes.size()) + " bytes, header says " +
+                    std::to_string(want_len));
   }
-  uint32_t got = crc32c(descriptor);
-  if (got != h.descriptor_crc) {
-    return perr(ProtocolError::kDescriptorCrcMismatch,
-                "header says " + hex32(h.descriptor_crc) + ", bytes give " + hex32(got));
+  const uint32_t got = crc32c(bytes);
+  if (got != want_crc) {
+    return perr(crc_error, "header says " + hex32(want_crc) + ", bytes give " + hex32(got));
   }
   return Status::ok_status();
 }
 
+}  // namespace
+
+Status verify_descriptor(const FrameHeader& h, ByteView descriptor) {
+  return verify_section(descriptor, "descriptor", h.descriptor_len, h.descriptor_crc,
+                        ProtocolError::kDescriptorCrcMismatch);
+}
+
 Status verify_data(const FrameHeader& h, ByteView data) {
-  if (data.size() != h.data_len) {
-    return perr(ProtocolError::kTruncatedFrame, "data of " + std::to_string(data.size()) +
-                                                    " bytes, header says " +
-                                                    std::to_string(h.data_len));
-  }
-  uint32_t got = crc32c(data);
-  if (got != h.data_crc) {
-    return perr(ProtocolError::kDataCrcMismatch,
-                "header says " + hex32(h.data_crc) + ", bytes give " + hex32(got));
-  }
-  return Status::ok_status();
+  return verify_section(data, "data", h.data_len, h.data_crc, ProtocolError::kDataCrcMismatch);
 }
 
 Result<uint16_t> negotiate_version(uint16_t client_min, uint16_t client_max) {
