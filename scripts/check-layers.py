@@ -17,8 +17,10 @@ import re
 import sys
 
 # Module order: the same list CMakeLists.txt adds the modules in.
-LAYERS = ["common", "blk", "nvmf", "kv", "net", "api", "blockd", "engine", "serve", "sim",
-          "bench", "tools"]
+# The simulator (sim) runs the testbed's study runner (bench) with modeled
+# tiers, so it comes after it.
+LAYERS = ["common", "blk", "nvmf", "kv", "net", "api", "blockd", "engine", "serve", "bench",
+          "sim", "tools"]
 # Room order inside a module; a module without an entry has no rooms.
 # "" is the module's top level (its shared interface), below every room.
 ROOMS = {

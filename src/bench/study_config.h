@@ -5,10 +5,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "blk/block_device.h"
+#include "common/status.h"
 #include "engine/engine_profile.h"
 
 namespace kvtier::bench {
@@ -79,8 +83,18 @@ struct StudyOptions {
     double ram_load_bytes_per_s = 0;   // RAM-tier hits
     double disk_load_bytes_per_s = 0;  // disk-tier hits
     double save_bytes_per_s = 0;       // puts
+    // Case E's disk-tier hits and puts, over the remote link, and case F's
+    // direct reads; 0: the rates above.
+    double remote_load_bytes_per_s = 0;
+    double remote_save_bytes_per_s = 0;
+    double direct_load_bytes_per_s = 0;
   };
   std::optional<ModeledStoreRates> modeled_store;
+  // The simulator (src/sim): makes the disk tier's volume, which must hold
+  // `blocks` blocks of the deployment, instead of two O_DIRECT volume files;
+  // case E then reaches it directly too (its link is modeled by
+  // modeled_store's remote rates), not through a loopback NVMe/TCP export.
+  std::function<Result<std::shared_ptr<blk::BlockDevice>>(uint64_t blocks)> make_volume;
   LoadPolicy load_policy = LoadPolicy::kRace;
   PdTransferMode pd_transfer = PdTransferMode::kLoopback;
   // Each prefill replica runs its store calls and PD sends on its own

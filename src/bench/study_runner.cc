@@ -144,6 +144,10 @@ class Run {
   double charge_scale() const {
     return o_.store_charge_scale > 0 ? o_.store_charge_scale : o_.profile.byte_scale();
   }
+  // With modeled_store: the rates of this case's disk-tier loads and of its
+  // saves (case E over its remote link, case F by the direct path).
+  double modeled_disk_load_rate() const;
+  double modeled_save_rate() const;
   void accept_issues(const std::vector<Issue>& issues, double now);
   void dispatch(const TraceRequest* req, double now);
   Status start_prefill(size_t p, double now);
@@ -250,19 +254,26 @@ Status Run::setup() {
   if (!spec_.store) return Status::ok_status();
   kv::StoreOptions so;
   so.max_object_bytes = block_bytes_;
-  so.ram_bytes = spec_.ram_tier
-                     ? std::max<uint64_t>(static_cast<uint64_t>(o_.ram_bytes / scale), block_bytes_)
-                     : 0;
+  // As many RAM slots as the deployment's RAM holds blocks (a slot is the
+  // block rounded up to 64 bytes, which matters for the simulator's blocks
+  // of a few bytes).
+  const double deployment_block_bytes =
+      o_.profile.real_tokens(w_.block_tokens) * static_cast<double>(o_.profile.kv_bytes_per_token);
+  const auto ram_slots =
+      static_cast<uint64_t>(static_cast<double>(o_.ram_bytes) / deployment_block_bytes);
+  so.ram_bytes = spec_.ram_tier ? std::max<uint64_t>(ram_slots, 1) * align_up(block_bytes_, 64) : 0;
   so.disk.region_bytes = kRegionBytes;
   so.disk.max_payload_bytes = std::max<uint32_t>(block_bytes_, 4096);
   so.disk.read_depth = o_.disk_read_depth;
   // Room in the checkpoint for one entry per block (entries are small here).
   so.disk.checkpoint_min_entry_bytes = align_up(block_bytes_, 4096);
   if (spec_.disk_tier) {
-    auto vol = open_raid0_volume(o_, static_cast<uint64_t>(o_.disk_bytes / scale), &files_);
+    auto vol = o_.make_volume
+                   ? o_.make_volume(static_cast<uint64_t>(o_.disk_bytes / deployment_block_bytes))
+                   : open_raid0_volume(o_, static_cast<uint64_t>(o_.disk_bytes / scale), &files_);
     if (!vol.ok()) return vol.status();
     so.volume = *vol;
-    if (spec_.remote_volume) {
+    if (spec_.remote_volume && !o_.make_volume) {
       auto remote = export_over_nvme_tcp(*vol);
       if (!remote.ok()) {
         return Status(remote.status().code(),
@@ -387,12 +398,26 @@ Status Run::finish_save(PrefillReplica& p, double scale) {
   res_.write_refusals += save->refused;
   res_.store_save_bytes += save->bytes;
   res_.store_wall_s += save->wall_s;
-  const double save_s = o_.modeled_store
-                            ? static_cast<double>(save->bytes) / o_.modeled_store->save_bytes_per_s
-                            : save->wall_s;
+  const double save_s =
+      o_.modeled_store ? static_cast<double>(save->bytes) / modeled_save_rate() : save->wall_s;
   res_.store_charged_s += save_s * scale;
   p.save_free_at = std::max(p.save_after, p.save_free_at) + save_s * scale;
   return Status::ok_status();
+}
+
+double Run::modeled_disk_load_rate() const {
+  const auto& m = *o_.modeled_store;
+  if (spec_.remote_volume && m.remote_load_bytes_per_s > 0) return m.remote_load_bytes_per_s;
+  if (!spec_.ram_tier && spec_.disk_tier && m.direct_load_bytes_per_s > 0) {
+    return m.direct_load_bytes_per_s;
+  }
+  return m.disk_load_bytes_per_s;
+}
+
+double Run::modeled_save_rate() const {
+  const auto& m = *o_.modeled_store;
+  if (spec_.remote_volume && m.remote_save_bytes_per_s > 0) return m.remote_save_bytes_per_s;
+  return m.save_bytes_per_s;
 }
 
 const std::vector<kv::Key128>& Run::keys_of(const TraceRequest& r) {
@@ -458,7 +483,7 @@ Result<PrefixLoad> Run::load_from_store(PrefillReplica& p, std::span<const kv::K
   if (o_.modeled_store) {
     ram_s = static_cast<double>(load->bytes - load->disk_bytes) /
             o_.modeled_store->ram_load_bytes_per_s;
-    disk_s = static_cast<double>(load->disk_bytes) / o_.modeled_store->disk_load_bytes_per_s;
+    disk_s = static_cast<double>(load->disk_bytes) / modeled_disk_load_rate();
     out.load_s = ram_s + disk_s;
   }
   p.load_rates.observe(kv::Tier::kRam, load->from_ram, ram_s * scale);

@@ -1,0 +1,123 @@
+// The simulator's store is the real one with blocks of a byte per token: it
+// must make exactly the decisions (hits, tiers, evictions) and charge exactly
+// the times of a store holding blocks of real size, on the same workload.
+#include "sim/sim_study.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "bench/study_runner.h"
+#include "bench/testing/study_testing.h"
+#include "blk/dev/mem_device.h"
+#include "kv/disk_format.h"
+#include "kv/store.h"
+#include "sim/sparse_page_device.h"
+
+namespace kvtier::sim {
+namespace {
+
+using bench::CaseResult;
+using bench::StudyCase;
+
+constexpr uint64_t kRegionBytes = 16ull << 20;  // the study runner's
+
+// A small deployment: RAM for 600 blocks, disk for 3,000, HBM for 100.
+bench::StudyRunOptions small_deployment(const SimProfile& p) {
+  bench::StudyRunOptions o;
+  configure_simulation(p, &o);
+  const double block_bytes = 16.0 * static_cast<double>(p.kv_bytes_per_token);
+  o.study.ram_bytes = static_cast<uint64_t>(600 * block_bytes);
+  o.study.disk_bytes = static_cast<uint64_t>(3000 * block_bytes);
+  o.study.hbm_pool_tokens = 100 * 16;
+  o.study.prefill_replicas = 2;
+  o.study.decode_replicas = 2;
+  return o;
+}
+
+CaseResult run(const bench::Workload& w, StudyCase c, const bench::StudyOptions& o) {
+  bench::testing::MiniScheduler sched(w, 12, 24);
+  auto r = bench::run_study_case(w, sched, "long-reuse", c, o);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? *r : CaseResult{};
+}
+
+void expect_same_run(const CaseResult& real, const CaseResult& sim) {
+  SCOPED_TRACE(bench::case_spec(real.id).letter);
+  EXPECT_EQ(sim.completed, real.completed);
+  EXPECT_EQ(sim.verify_failures, 0u);
+  EXPECT_EQ(real.verify_failures, 0u);
+  EXPECT_EQ(sim.hbm_hit_blocks, real.hbm_hit_blocks);
+  EXPECT_EQ(sim.store_hit_blocks, real.store_hit_blocks);
+  EXPECT_EQ(sim.store_blocks_from_ram, real.store_blocks_from_ram);
+  EXPECT_EQ(sim.store_blocks_from_disk, real.store_blocks_from_disk);
+  EXPECT_EQ(sim.ram_evictions, real.ram_evictions);
+  EXPECT_EQ(sim.write_refusals, real.write_refusals);
+  // Times are charged from deployment bytes over the same rates.
+  EXPECT_NEAR(sim.throughput_rps, real.throughput_rps, 1e-9 * real.throughput_rps);
+  EXPECT_NEAR(sim.store_charged_s, real.store_charged_s, 1e-9 * (1 + real.store_charged_s));
+}
+
+TEST(SimStudy, ByteFreeStoreDecidesAndChargesAsAStoreOfRealSizedBlocks) {
+  const SimProfile p = *find_sim_profile("study-h100");
+  const auto w = bench::testing::tiny_workload(24, 10, 20, 4);
+  const bench::StudyRunOptions sim = small_deployment(p);
+  // The same deployment with 256 stored bytes per token: a 4 KiB block, a
+  // page of payload on the volume like the simulator's 16 bytes.
+  bench::StudyOptions real = sim.study;
+  real.profile.stored_kv_bytes_per_token = 256;
+  real.make_volume = [](uint64_t blocks) -> Result<std::shared_ptr<blk::BlockDevice>> {
+    return std::shared_ptr<blk::BlockDevice>(
+        std::make_shared<blk::MemDevice>(sparse_volume_bytes(blocks, kRegionBytes)));
+  };
+  for (StudyCase c : {StudyCase::kC, StudyCase::kD, StudyCase::kE, StudyCase::kF}) {
+    const CaseResult r = run(w, c, real), s = run(w, c, sim.study);
+    expect_same_run(r, s);
+  }
+}
+
+TEST(SimStudy, EveryCaseRunsAndTheTiersDoWhatTheyAreFor) {
+  const SimProfile p = *find_sim_profile("study-h100");
+  const auto w = bench::testing::tiny_workload(24, 10, 20, 4);
+  const bench::StudyRunOptions o = small_deployment(p);
+  std::map<StudyCase, CaseResult> r;
+  for (const auto& spec : bench::study_cases()) {
+    r[spec.id] = run(w, spec.id, o.study);
+    EXPECT_EQ(r[spec.id].completed, w.request_count()) << spec.letter;
+  }
+  EXPECT_EQ(r[StudyCase::kA].store_hit_blocks + r[StudyCase::kA].hbm_hit_blocks, 0u);
+  EXPECT_GT(r[StudyCase::kB].hbm_hit_blocks, 0u);
+  EXPECT_EQ(r[StudyCase::kB].store_hit_blocks, 0u);
+  // RAM for 600 blocks evicts in C; the disk tier serves what it evicted.
+  EXPECT_GT(r[StudyCase::kC].ram_evictions, 0u);
+  EXPECT_GT(r[StudyCase::kD].store_blocks_from_disk, 0u);
+  EXPECT_GT(r[StudyCase::kD].store_hit_blocks, r[StudyCase::kC].store_hit_blocks);
+  EXPECT_EQ(r[StudyCase::kF].store_blocks_from_ram, 0u);
+  // E is D with its disk reached over the remote link (another rate, so
+  // another schedule, but the same tiers at work).
+  EXPECT_GT(r[StudyCase::kE].store_blocks_from_disk, 0u);
+  EXPECT_GT(r[StudyCase::kE].store_blocks_from_ram, 0u);
+}
+
+TEST(SimStudy, VolumeHoldsTheDeploymentsBlocks) {
+  // A disk tier laid out on sparse_volume_bytes(n) has room for at least n
+  // entries of a page of payload, and at most two regions more.
+  for (uint64_t n : {1ull, 5000ull, 2'000'000ull}) {
+    kv::StoreOptions so;
+    so.max_object_bytes = 16;
+    so.ram_bytes = 0;
+    so.disk.region_bytes = kRegionBytes;
+    so.disk.max_payload_bytes = 4096;
+    so.disk.checkpoint_min_entry_bytes = 4096;
+    so.volume = std::make_shared<SparsePageDevice>(sparse_volume_bytes(n, kRegionBytes));
+    auto store = kv::Store::open(so);
+    ASSERT_TRUE(store.ok()) << store.status().to_string();
+    const uint64_t per_region = kRegionBytes / kv::disk::entry_bytes(16);
+    const uint64_t entries = uint64_t{(*store)->local_stats().disk.region_count} * per_region;
+    EXPECT_GE(entries, n);
+    EXPECT_LE(entries, n + 2 * per_region);
+  }
+}
+
+}  // namespace
+}  // namespace kvtier::sim

@@ -1,0 +1,54 @@
+// SparsePageDevice: a volume of any size that keeps, for each 4 KiB page ever
+// written, only the bytes up to the page's last non-zero byte. Reads give
+// those bytes back and zeros for the rest.
+//
+// For the simulator (docs/simulator.md): the real disk tier runs on it with
+// blocks of a few bytes, so a disk entry (a 128-byte header and its payload
+// in one page) costs its header in memory, not a page, and a study-scale
+// disk tier of millions of entries fits in a few hundred megabytes. Nothing
+// about the device's speed is modeled here: the simulator charges I/O time
+// from its profile. Requests complete inline, before read()/write() return.
+//
+// Thread-safety: all methods may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "blk/block_device.h"
+#include "common/mutex.h"
+
+namespace kvtier::sim {
+
+class SparsePageDevice : public blk::FixedGeometryDevice {
+ public:
+  static constexpr uint32_t kPageBytes = 4096;
+
+  // `capacity` is rounded down to whole pages.
+  explicit SparsePageDevice(uint64_t capacity);
+
+  std::string name() const override { return "sparse"; }
+  void read(uint64_t offset, MutableByteView dst, blk::IoCallback cb) override;
+  void write(uint64_t offset, ByteView src, blk::IoCallback cb) override;
+  void flush(blk::IoCallback cb) override;
+  // Forgets the range's pages (they read back as zeros).
+  void trim(uint64_t offset, uint64_t length, blk::IoCallback cb) override;
+  blk::DeviceStats stats() const override { return io_.snapshot(); }
+
+  // Pages held, and the bytes they keep (what the device costs in memory).
+  uint64_t pages_held() const;
+  uint64_t bytes_held() const;
+
+ private:
+  bool refused(uint64_t offset, uint64_t length, const void* buf, blk::IoCallback& cb);
+
+  mutable Mutex mu_;
+  // page number -> the page's bytes up to its last non-zero one
+  std::unordered_map<uint64_t, std::vector<std::byte>> pages_ KVTIER_GUARDED_BY(mu_);
+  uint64_t bytes_held_ KVTIER_GUARDED_BY(mu_) = 0;
+  blk::DeviceCounters io_;
+};
+
+}  // namespace kvtier::sim

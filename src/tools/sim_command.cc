@@ -1,0 +1,66 @@
+// `kvtier sim`: the simulator (src/sim, docs/simulator.md). `kvtier sim study`
+// runs the study's cases with the options, report and JSON of `kvtier bench
+// study`, at the deployment's scale, with every transfer charged from a
+// profile; `kvtier sim profile` prints a profile's figures and their sources.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "sim/sim_profile.h"
+#include "tools/commands.h"
+#include "tools/study_cli.h"
+
+namespace kvtier::tools {
+
+namespace {
+
+int print_profile(const std::string& name, const std::string& file) {
+  auto p = file.empty()
+               ? Result<sim::SimProfile>(Status::not_found("no built-in profile '" + name + "'"))
+               : sim::load_sim_profile(file);
+  if (file.empty()) {
+    if (auto builtin = sim::find_sim_profile(name)) p = *builtin;
+  }
+  if (!p.ok()) {
+    std::fprintf(stderr, "kvtier sim profile: %s\n", p.status().to_string().c_str());
+    return 2;
+  }
+  std::cout << p->json().dump(2) << std::endl;
+  return 0;
+}
+
+void add_sim_commands(CLI::App& app) {
+  auto* sim = app.add_subcommand(
+      "sim",
+      "Simulate the study's deployment at its own scale: the testbed's policies (router, "
+      "session schedulers, HBM pools, the real store's index, RAM tier, demotion and disk log) "
+      "with no payload bytes and every transfer charged from a profile");
+  sim->require_subcommand(1);
+
+  auto cli = std::make_shared<StudyCli>();
+  cli->command = "kvtier sim study";
+  cli->simulate = true;
+  cli->run.study.pd_transfer = bench::PdTransferMode::kModeled;
+  auto* study = sim->add_subcommand(
+      "study",
+      "The study's six configurations (A recompute, B local prefix cache, C shared RAM, D RAM + "
+      "local NVMe, E RAM + remote NVMe-oF, F direct volume reads) under its protocols, at the "
+      "deployment's scale (real token counts, 96 KiB of KV per token, the full RAM and disk "
+      "tiers). Prints the tables of `kvtier bench study` (or --json)");
+  add_study_options(study, cli);
+
+  auto name = std::make_shared<std::string>("study-h100");
+  auto file = std::make_shared<std::string>();
+  auto* profile = sim->add_subcommand("profile",
+                                      "Print a simulator profile as JSON, with the "
+                                      "source of every figure");
+  profile->add_option("name", *name, "Built-in profile")->capture_default_str();
+  profile->add_option("--file", *file, "A profile file instead (checked as `sim study` would)");
+  profile->callback([name, file] { std::exit(print_profile(*name, *file)); });
+}
+
+const RegisterCommands kRegisterSim{200, add_sim_commands};
+
+}  // namespace
+
+}  // namespace kvtier::tools
