@@ -1,5 +1,7 @@
 #include "engine/engine_profile.h"
 
+#include "common/find_by_name.h"
+
 namespace kvtier::engine {
 
 const std::vector<EngineProfile>& builtin_engine_profiles() {
@@ -34,10 +36,7 @@ const std::vector<EngineProfile>& builtin_engine_profiles() {
 }
 
 std::optional<EngineProfile> find_engine_profile(const std::string& name) {
-  for (const auto& p : builtin_engine_profiles()) {
-    if (p.name == name) return p;
-  }
-  return std::nullopt;
+  return find_by_name(builtin_engine_profiles(), name);
 }
 
 }  // namespace kvtier::engine

@@ -7,11 +7,15 @@
 #include <sstream>
 #include <variant>
 
+#include "common/find_by_name.h"
+
 namespace kvtier::sim {
 
 namespace {
 
-using Field = std::variant<double SimProfile::*, uint64_t SimProfile::*>;
+using Rates = bench::StudyOptions::ModeledStoreRates;
+using Field = std::variant<double engine::EngineProfile::*, uint64_t engine::EngineProfile::*,
+                           double Rates::*>;
 
 struct NamedField {
   const char* name;
@@ -21,30 +25,36 @@ struct NamedField {
 // Every figure of a profile, as it is named in the JSON file.
 const std::vector<NamedField>& figures() {
   static const std::vector<NamedField> f = {
-      {"prefill_tokens_per_s", &SimProfile::prefill_tokens_per_s},
-      {"decode_s_per_token", &SimProfile::decode_s_per_token},
-      {"kv_bytes_per_token", &SimProfile::kv_bytes_per_token},
-      {"hbm_pool_tokens", &SimProfile::hbm_pool_tokens},
-      {"pd_link_bytes_per_s", &SimProfile::pd_link_bytes_per_s},
-      {"ram_load_bytes_per_s", &SimProfile::ram_load_bytes_per_s},
-      {"save_bytes_per_s", &SimProfile::save_bytes_per_s},
-      {"disk_load_bytes_per_s", &SimProfile::disk_load_bytes_per_s},
-      {"remote_load_bytes_per_s", &SimProfile::remote_load_bytes_per_s},
-      {"remote_save_bytes_per_s", &SimProfile::remote_save_bytes_per_s},
-      {"direct_load_bytes_per_s", &SimProfile::direct_load_bytes_per_s},
+      {"prefill_tokens_per_s", &engine::EngineProfile::prefill_tokens_per_s},
+      {"decode_s_per_token", &engine::EngineProfile::decode_s_per_token},
+      {"kv_bytes_per_token", &engine::EngineProfile::kv_bytes_per_token},
+      {"hbm_pool_tokens", &engine::EngineProfile::hbm_pool_tokens},
+      {"pd_link_bytes_per_s", &engine::EngineProfile::pd_link_bytes_per_s},
+      {"ram_load_bytes_per_s", &Rates::ram_load_bytes_per_s},
+      {"save_bytes_per_s", &Rates::save_bytes_per_s},
+      {"disk_load_bytes_per_s", &Rates::disk_load_bytes_per_s},
+      {"remote_load_bytes_per_s", &Rates::remote_load_bytes_per_s},
+      {"remote_save_bytes_per_s", &Rates::remote_save_bytes_per_s},
+      {"direct_load_bytes_per_s", &Rates::direct_load_bytes_per_s},
   };
   return f;
 }
 
+// The field's object within the profile: the engine's or the rates'.
+engine::EngineProfile& owner(SimProfile& p, double engine::EngineProfile::*) { return p.engine; }
+engine::EngineProfile& owner(SimProfile& p, uint64_t engine::EngineProfile::*) { return p.engine; }
+Rates& owner(SimProfile& p, double Rates::*) { return p.rates; }
+
 double get(const SimProfile& p, const Field& f) {
-  return std::visit([&](auto member) { return static_cast<double>(p.*member); }, f);
+  auto& mp = const_cast<SimProfile&>(p);
+  return std::visit([&](auto member) { return static_cast<double>(owner(mp, member).*member); }, f);
 }
 
 void set(SimProfile& p, const Field& f, double v) {
   std::visit(
       [&](auto member) {
-        using T = std::remove_reference_t<decltype(p.*member)>;
-        p.*member = static_cast<T>(v);
+        auto& field = owner(p, member).*member;
+        field = static_cast<std::remove_reference_t<decltype(field)>>(v);
       },
       f);
 }
@@ -102,8 +112,8 @@ Result<SimProfile> parse_sim_profile(const std::string& json_text) {
     const auto src = value.find("source");
     if (!value.is_object() || v == value.end() || !v->is_number() || src == value.end() ||
         !src->is_string()) {
-      return Status::invalid_argument(fmt::format(
-          "sim profile: {} must be {{\"value\": number, \"source\": \"...\"}}", key));
+      return Status::invalid_argument(
+          fmt::format("sim profile: {} must be {{\"value\": number, \"source\": \"...\"}}", key));
     }
     set(p, f->field, v->get<double>());
     p.sources[key] = src->get<std::string>();
@@ -129,10 +139,7 @@ Result<SimProfile> load_sim_profile(const std::string& path) {
 }
 
 std::optional<SimProfile> find_sim_profile(const std::string& name) {
-  for (const auto& p : builtin_sim_profiles()) {
-    if (p.name == name) return p;
-  }
-  return std::nullopt;
+  return find_by_name(builtin_sim_profiles(), name);
 }
 
 }  // namespace kvtier::sim

@@ -3,8 +3,9 @@
 // (the study's text, a datasheet, or "calibrated: why"), so a reader can tell
 // a stated number from a fitted one.
 //
-// Profiles are JSON files ("kvtier sim study --sim-profile FILE"); the
-// built-in "study-h100" is the study's own hardware.
+// Profiles are JSON files (`kvtier sim study --profile-file FILE`); the
+// built-in ones are the files of src/sim/profiles/, compiled in ("study-h100"
+// is the study's own hardware).
 #pragma once
 
 #include <map>
@@ -13,31 +14,27 @@
 #include <string>
 #include <vector>
 
+#include "bench/study_config.h"
 #include "common/status.h"
+#include "engine/engine_profile.h"
 
 namespace kvtier::sim {
 
 struct SimProfile {
   std::string name;
   std::string description;
-  // The GPU and model (engine::EngineProfile's deployment figures).
-  double prefill_tokens_per_s = 14850;
-  double decode_s_per_token = 0.015;
-  uint64_t kv_bytes_per_token = 96u << 10;
-  uint64_t hbm_pool_tokens = 166512;
-  double pd_link_bytes_per_s = 50e9;
-  // The store's tiers, in deployment bytes per second.
-  double ram_load_bytes_per_s = 0;     // a RAM-tier hit into the prefill's HBM
-  double save_bytes_per_s = 0;         // a put of a freshly computed block
-  double disk_load_bytes_per_s = 0;    // a disk-tier hit (local NVMe, through RAM)
-  double remote_load_bytes_per_s = 0;  // case E: a disk-tier hit over NVMe-oF
-  double remote_save_bytes_per_s = 0;  // case E: a put that reaches the remote volume
-  double direct_load_bytes_per_s = 0;  // case F: a direct (GDS) read of the volume
-  // Where each figure comes from, by field name.
+  // The GPU and model: prefill and decode rates, KV bytes per token, the HBM
+  // prefix pool and the prefill-to-decode link (deployment figures; the
+  // scaling fields are the simulator's, set by sim_engine_profile()).
+  engine::EngineProfile engine;
+  // The store's tiers, in deployment bytes per second: RAM loads and saves,
+  // local disk loads, case E's remote loads and saves, case F's direct reads.
+  bench::StudyOptions::ModeledStoreRates rates;
+  // Where each figure comes from, by its name in the file.
   std::map<std::string, std::string> sources;
 
   nlohmann::json json() const;
-  // Every rate positive and every field's source given; else says which.
+  // Every figure positive and sourced; else says which is not.
   Status check() const;
 };
 

@@ -13,14 +13,9 @@ uint64_t round_up(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 }  // namespace
 
 engine::EngineProfile sim_engine_profile(const SimProfile& p) {
-  engine::EngineProfile e;
+  engine::EngineProfile e = p.engine;
   e.name = "sim:" + p.name;
   e.description = p.description;
-  e.kv_bytes_per_token = p.kv_bytes_per_token;
-  e.prefill_tokens_per_s = p.prefill_tokens_per_s;
-  e.decode_s_per_token = p.decode_s_per_token;
-  e.pd_link_bytes_per_s = p.pd_link_bytes_per_s;
-  e.hbm_pool_tokens = p.hbm_pool_tokens;
   e.token_scale = 1.0;
   e.stored_kv_bytes_per_token = kStoredBytesPerToken;
   return e;
@@ -46,14 +41,7 @@ void configure_simulation(const SimProfile& p, bench::StudyRunOptions* o) {
   // Stored bytes x this = deployment bytes; modeled times are charged in
   // deployment bytes over the profile's rates.
   s.store_charge_scale = 0;
-  bench::StudyOptions::ModeledStoreRates rates;
-  rates.ram_load_bytes_per_s = p.ram_load_bytes_per_s;
-  rates.disk_load_bytes_per_s = p.disk_load_bytes_per_s;
-  rates.save_bytes_per_s = p.save_bytes_per_s;
-  rates.remote_load_bytes_per_s = p.remote_load_bytes_per_s;
-  rates.remote_save_bytes_per_s = p.remote_save_bytes_per_s;
-  rates.direct_load_bytes_per_s = p.direct_load_bytes_per_s;
-  s.modeled_store = rates;
+  s.modeled_store = p.rates;
   s.pd_transfer = bench::PdTransferMode::kModeled;
   s.make_volume = [](uint64_t blocks) -> Result<std::shared_ptr<blk::BlockDevice>> {
     return std::shared_ptr<blk::BlockDevice>(

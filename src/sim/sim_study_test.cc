@@ -26,7 +26,7 @@ constexpr uint64_t kRegionBytes = 16ull << 20;  // the study runner's
 bench::StudyRunOptions small_deployment(const SimProfile& p) {
   bench::StudyRunOptions o;
   configure_simulation(p, &o);
-  const double block_bytes = 16.0 * static_cast<double>(p.kv_bytes_per_token);
+  const double block_bytes = 16.0 * static_cast<double>(p.engine.kv_bytes_per_token);
   o.study.ram_bytes = static_cast<uint64_t>(600 * block_bytes);
   o.study.disk_bytes = static_cast<uint64_t>(3000 * block_bytes);
   o.study.hbm_pool_tokens = 100 * 16;

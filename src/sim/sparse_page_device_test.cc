@@ -14,7 +14,7 @@ TEST(SparsePageDevice, KeepsEachPageUpToItsLastNonZeroByte) {
   EXPECT_EQ(dev.capacity(), 1ull << 40);
   AlignedBuffer w(3 * 4096, 4096, /*zero=*/true);
   w.data()[0] = std::byte{1};
-  w.data()[127] = std::byte{2};         // page 0 keeps 128 bytes
+  w.data()[127] = std::byte{2};           // page 0 keeps 128 bytes
   w.data()[2 * 4096 + 9] = std::byte{3};  // page 2 keeps 10; page 1 is all zeros
   ASSERT_TRUE(dev.write_sync(5ull << 30, w.view()).ok());
   EXPECT_EQ(dev.pages_held(), 2u);
