@@ -40,7 +40,7 @@ void add_sim_commands(CLI::App& app) {
   auto cli = std::make_shared<StudyCli>();
   cli->command = "kvtier sim study";
   cli->simulate = true;
-  cli->run.study.pd_transfer = bench::PdTransferMode::kModeled;
+  cli->pd_transfer = "modeled";
   auto* study = sim->add_subcommand(
       "study",
       "The study's six configurations (A recompute, B local prefix cache, C shared RAM, D RAM + "
@@ -48,6 +48,26 @@ void add_sim_commands(CLI::App& app) {
       "deployment's scale (real token counts, 96 KiB of KV per token, the full RAM and disk "
       "tiers). Prints the tables of `kvtier bench study` (or --json)");
   add_study_options(study, cli);
+
+  auto val = std::make_shared<StudyCli>();
+  val->command = "kvtier sim validate";
+  val->validate = true;
+  val->pd_transfer = "modeled";  // the simulator models it, so the testbed does too
+  auto* validate = sim->add_subcommand(
+      "validate",
+      "Check the simulator against the testbed: each case runs in the testbed (`kvtier bench "
+      "study`, real store operations on this machine) and then in the simulator, on the same "
+      "workload and deployment, fed the store rates the testbed run measured. Prints both, "
+      "their ratio per figure (throughput / A, hit share, TTFT p50 and p90), and exits 1 when "
+      "one is off by more than --tolerance");
+  validate->add_option("--tolerance", val->tolerance, "Relative difference allowed per figure")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 10.0));
+  validate
+      ->add_option("--check", val->checked,
+                   "Metrics whose tolerance decides the exit code (repeatable; default: all)")
+      ->check(CLI::IsMember({"throughput / A", "hit share", "TTFT p50 s", "TTFT p90 s"}));
+  add_study_options(validate, val);
 
   auto name = std::make_shared<std::string>("study-h100");
   auto file = std::make_shared<std::string>();

@@ -13,12 +13,12 @@
 #include "bench/synthetic_workload.h"
 #include "bench/trace_loaders.h"
 #include "sim/sim_study.h"
+#include "sim/validation.h"
 #include "tools/commands.h"
 
 namespace kvtier::tools {
 
 namespace {
-
 
 // The plotting script: $KVTIER_PLOT_SCRIPT, else scripts/plot_study.py next
 // to the source tree the binary was built in (build/src/tools/kvtier), else
@@ -159,6 +159,40 @@ int write_study_outputs(const StudyCli& cli, const bench::StudyReport& report) {
   return rc;
 }
 
+// `kvtier sim validate`: each case in the testbed, then in the simulator fed
+// the testbed's measured rates; the table of both, exit 1 past the tolerance.
+int run_validation(const StudyCli& cli, const bench::Workload& w) {
+  std::fprintf(stderr, "%s: %zu cases x %zu protocols, each in the testbed then the simulator\n",
+               cli.command.c_str(), cli.run.cases.size(), cli.run.protocols.size());
+  auto report = sim::validate_against_testbed(w, cli.run, scheduler_factory(cli));
+  if (!report.ok()) {
+    std::fprintf(stderr, "%s: %s\n", cli.command.c_str(), report.status().to_string().c_str());
+    return 1;
+  }
+  const auto off = report->outside(cli.tolerance, cli.checked);
+  if (cli.json) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& r : report->rows) {
+      rows.push_back({{"protocol", r.protocol},
+                      {"case", bench::case_spec(r.id).letter},
+                      {"metric", r.metric},
+                      {"testbed", r.testbed},
+                      {"simulator", r.simulator},
+                      {"sim_vs_testbed_ratio", r.ratio()}});
+    }
+    std::cout << nlohmann::json{{"tolerance", cli.tolerance},
+                                {"rows", rows},
+                                {"outside_tolerance", off.size()}}
+                     .dump(2)
+              << std::endl;
+  } else {
+    std::cout << report->markdown(cli.tolerance);
+  }
+  std::fprintf(stderr, "%s: %zu of %zu figures within %.0f%%\n", cli.command.c_str(),
+               report->rows.size() - off.size(), report->rows.size(), 100 * cli.tolerance);
+  return off.empty() ? 0 : 1;
+}
+
 // The engine profile of the run: a built-in one, or the simulator's from
 // its profile; nullopt after saying why.
 std::optional<engine::EngineProfile> choose_profile(const StudyCli& cli,
@@ -229,6 +263,7 @@ int run_study_cli(StudyCli cli) {
                  static_cast<unsigned long long>(profile->stored_kv_bytes_per_token),
                  profile->byte_scale());
   }
+  if (cli.validate) return run_validation(cli, *w);
   auto report =
       bench::run_study(*w, o, scheduler_factory(cli), [&](const bench::StudyProgress& sp) {
         if (!cli.quiet) draw_progress(sp);

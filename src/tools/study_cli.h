@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "bench/study_driver.h"
 
@@ -17,6 +18,9 @@ namespace kvtier::tools {
 struct StudyCli {
   std::string command = "kvtier bench study";  // for messages
   bool simulate = false;                       // kvtier sim study
+  bool validate = false;                       // kvtier sim validate (testbed options)
+  double tolerance = 0.10;                     // validate: relative, per figure
+  std::vector<std::string> checked;            // validate: metrics that decide (all if empty)
   bench::StudyRunOptions run;
   std::string profile = "h100-qwen3-coder-30b-scaled";
   std::string sim_profile = "study-h100";
