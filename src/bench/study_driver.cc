@@ -1,9 +1,12 @@
 #include "bench/study_driver.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <thread>
 
 namespace kvtier::bench {
 
@@ -35,31 +38,75 @@ Result<StudyReport> run_study(const Workload& w, const StudyRunOptions& o,
   report.limits.recompute_kv_bytes_per_s =
       study.profile.prefill_tokens_per_s * static_cast<double>(study.profile.kv_bytes_per_token);
   report.options = study;
-  const size_t runs = o.protocols.size() * o.cases.size();
-  size_t index = 0;
+  struct Job {
+    std::string protocol;
+    StudyCase id;
+  };
+  std::vector<Job> jobs;
   for (const auto& proto : o.protocols) {
-    for (StudyCase c : o.cases) {
-      auto sched = schedulers(w, proto);
-      if (!sched.ok()) return sched.status();
-      StudyProgress sp;
-      sp.protocol = proto;
-      sp.id = c;
-      sp.run_index = index;
-      sp.run_count = runs;
-      sp.total = w.request_count();
-      if (progress) progress(sp);
-      auto r = run_study_case(w, **sched, proto, c, study, [&](const RunProgress& rp) {
-        sp.done = rp.done;
-        sp.total = rp.total;
-        if (progress) progress(sp);
-      });
-      if (!r.ok()) {
-        return Status(r.status().code(), std::string("case ") + case_spec(c).letter + " (" + proto +
-                                             "): " + r.status().message());
-      }
-      report.results.push_back(std::move(*r));
-      ++index;
+    for (StudyCase c : o.cases) jobs.push_back({proto, c});
+  }
+  std::vector<Result<CaseResult>> results(jobs.size(), Status::internal("not run"));
+  // Progress over all runs: finished ones, plus the requests done by those
+  // under way (several at once with parallel_runs).
+  std::mutex progress_mu;
+  std::vector<uint64_t> done(jobs.size(), 0);
+  size_t finished = 0;
+  auto report_progress = [&](size_t i) {
+    if (!progress) return;
+    StudyProgress sp;
+    sp.protocol = jobs[i].protocol;
+    sp.id = jobs[i].id;
+    sp.run_index = finished;
+    sp.run_count = jobs.size();
+    sp.total = w.request_count();
+    for (size_t j = 0; j < jobs.size(); ++j) sp.done += done[j] < sp.total ? done[j] : 0;
+    progress(sp);
+  };
+  auto run_one = [&](size_t i) {
+    const Job& job = jobs[i];
+    auto sched = schedulers(w, job.protocol);
+    if (!sched.ok()) {
+      results[i] = sched.status();
+      return;
     }
+    auto r = run_study_case(w, **sched, job.protocol, job.id, study, [&](const RunProgress& rp) {
+      std::lock_guard lock(progress_mu);
+      done[i] = rp.done;
+      report_progress(i);
+    });
+    std::lock_guard lock(progress_mu);
+    ++finished;
+    done[i] = 0;
+    report_progress(i);
+    if (!r.ok()) {
+      results[i] =
+          Status(r.status().code(), std::string("case ") + case_spec(job.id).letter + " (" +
+                                        job.protocol + "): " + r.status().message());
+    } else {
+      results[i] = std::move(*r);
+    }
+  };
+  if (o.parallel_runs <= 1) {
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      run_one(i);
+      if (!results[i].ok()) return results[i].status();
+    }
+  } else {
+    // Each run owns everything it uses (its store, volumes, threads); the
+    // workload and the options are only read.
+    std::atomic<size_t> next{0};
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < std::min<size_t>(o.parallel_runs, jobs.size()); ++t) {
+      threads.emplace_back([&] {
+        for (size_t i; (i = next.fetch_add(1)) < jobs.size();) run_one(i);
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  for (auto& r : results) {
+    if (!r.ok()) return r.status();
+    report.results.push_back(std::move(*r));
   }
   report.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return report;

@@ -33,6 +33,10 @@ struct StudyRunOptions {
   // GPU's recompute rate; a machine with a slower disk reproduces that ratio
   // with a slower modeled GPU instead of failing to show the study's shape.
   double disk_to_recompute = 0;
+  // (protocol, case) runs at once. 1 for the testbed: its runs measure this
+  // machine, so each must have it to itself. The simulator's runs measure
+  // nothing and may share the cores.
+  unsigned parallel_runs = 1;
 };
 
 struct StudyProgress {

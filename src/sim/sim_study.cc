@@ -1,5 +1,8 @@
 #include "sim/sim_study.h"
 
+#include <algorithm>
+#include <thread>
+
 #include "kv/disk_format.h"
 #include "sim/sparse_page_device.h"
 
@@ -48,6 +51,7 @@ void configure_simulation(const SimProfile& p, bench::StudyRunOptions* o) {
         std::make_shared<SparsePageDevice>(sparse_volume_bytes(blocks, kRegionBytes)));
   };
   o->measure_limits = false;
+  o->parallel_runs = std::max(1u, std::thread::hardware_concurrency());
   o->disk_to_recompute = 0;
 }
 
