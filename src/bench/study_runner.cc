@@ -14,6 +14,7 @@
 #include "bench/study_metrics.h"
 #include "blk/dev/uring_device.h"
 #include "blk/raid/raid0.h"
+#include "common/flat_insert_map.h"
 #include "engine/engine.h"
 #include "engine/hbm_prefix_pool.h"
 #include "engine/kv_connector.h"
@@ -192,7 +193,8 @@ class Run {
   uint32_t block_bytes_ = 0;
 
   std::vector<std::vector<std::vector<kv::Key128>>> keys_;  // [session][turn]
-  std::unordered_map<kv::Key128, uint32_t, kv::Key128Hash> first_session_;
+  // The session that first touched each block (same- or cross-session reuse).
+  FlatInsertMap<kv::Key128, uint32_t, kv::Key128Hash> first_session_;
   std::unique_ptr<serve::SoftStickyRouter> router_;
   std::vector<PrefillReplica> prefills_;
   // Loopback PD transfer: one receiver per decode replica, one sender per
@@ -515,10 +517,10 @@ void Run::count_served_blocks(const TraceRequest& r, std::span<const kv::Key128>
   res_.hbm_hit_blocks += hbm;
   res_.computed_blocks += n - load.cached;
   for (size_t i = 0; i < n; ++i) {
-    auto [it, inserted] = first_session_.emplace(keys[i], r.session);
+    auto [first, inserted] = first_session_.emplace(keys[i], r.session);
     const bool served = i < hbm || (i >= load.load_from && i < prefix);
     if (served && !inserted) {
-      (it->second == r.session ? res_.same_session_blocks : res_.cross_session_blocks)++;
+      (*first == r.session ? res_.same_session_blocks : res_.cross_session_blocks)++;
     }
   }
   const uint64_t cached_tokens =
