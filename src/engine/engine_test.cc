@@ -1,5 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <random>
+
+#include <map>
+
+#include <list>
+
 #include <vector>
 
 #include "engine/engine.h"
@@ -78,6 +84,58 @@ TEST(HbmPrefixPool, ZeroCapacityHoldsNothing) {
   std::vector<kv::Key128> s = {key(1)};
   pool.insert(s);
   EXPECT_EQ(pool.match_prefix(s), 0u);
+}
+
+// The pool against the plainest LRU there is (a list and a map), over random
+// prompts that share prefixes, with keys whose hashes collide in the table's
+// low bits, through growth, eviction and the deletions that eviction does.
+TEST(HbmPrefixPool, AgreesWithAReferenceLru) {
+  struct ReferenceLru {
+    size_t capacity;
+    std::list<kv::Key128> lru;
+    std::map<std::pair<uint64_t, uint64_t>, std::list<kv::Key128>::iterator> where;
+    uint64_t evictions = 0;
+    bool has(const kv::Key128& k) const { return where.count({k.hi, k.lo}) > 0; }
+    void touch(const kv::Key128& k) {
+      auto it = where.find({k.hi, k.lo});
+      if (it != where.end()) {
+        lru.splice(lru.begin(), lru, it->second);
+        return;
+      }
+      if (capacity == 0) return;
+      lru.push_front(k);
+      where[{k.hi, k.lo}] = lru.begin();
+      if (lru.size() > capacity) {
+        where.erase({lru.back().hi, lru.back().lo});
+        lru.pop_back();
+        ++evictions;
+      }
+    }
+  };
+  for (size_t capacity : {size_t{0}, size_t{1}, size_t{37}, size_t{500}}) {
+    HbmPrefixPool pool(capacity);
+    ReferenceLru ref{capacity};
+    std::mt19937_64 rng(capacity + 1);
+    for (int round = 0; round < 3000; ++round) {
+      // A prompt: a shared stem, then blocks of one of 40 "sessions".
+      std::vector<kv::Key128> keys;
+      const uint64_t session = rng() % 40, len = 1 + rng() % 60;
+      for (uint64_t b = 0; b < len; ++b) {
+        const uint64_t id = b < 3 ? b : (session << 20) | b;
+        keys.push_back(kv::Key128{id * 7, (id % 16) << 40});  // low hash bits collide
+      }
+      size_t expect = 0;
+      while (expect < keys.size() && ref.has(keys[expect])) ++expect;
+      for (size_t i = expect; i-- > 0;) ref.touch(keys[i]);
+      ASSERT_EQ(pool.match_prefix(keys), expect) << capacity << " round " << round;
+      if (rng() % 2) {
+        pool.insert(keys);
+        for (size_t i = keys.size(); i-- > 0;) ref.touch(keys[i]);
+      }
+      ASSERT_EQ(pool.size(), ref.lru.size());
+      ASSERT_EQ(pool.evictions(), ref.evictions);
+    }
+  }
 }
 
 TEST(ModeledEngine, ProfilesAndScaling) {

@@ -7,9 +7,8 @@
 #pragma once
 
 #include <cstdint>
-#include <list>
 #include <span>
-#include <unordered_map>
+#include <vector>
 
 #include "kv/block_key.h"
 
@@ -26,17 +25,35 @@ class HbmPrefixPool {
   // blocks (shared by its later turns) are the most recent.
   void insert(std::span<const kv::Key128> keys);
 
-  uint64_t size() const { return map_.size(); }
+  uint64_t size() const { return nodes_.size(); }
   uint64_t capacity() const { return capacity_; }
   uint64_t evictions() const { return evictions_; }
 
  private:
+  // The pool is on every prefill's path (thousands of blocks a request at
+  // the study's scale): the LRU list is intrusive, in one vector of nodes,
+  // and the key index is an open-addressing table of node numbers, so a
+  // lookup or touch costs no allocation and few cache misses.
+  static constexpr uint32_t kNone = UINT32_MAX;
+  struct Node {
+    kv::Key128 key;
+    uint32_t prev = kNone, next = kNone;  // towards the most / least recent
+  };
+
+  uint32_t find(const kv::Key128& key) const;  // node number, or kNone
   void touch(const kv::Key128& key);
+  void unlink(uint32_t n);
+  void push_front(uint32_t n);
+  size_t home(const kv::Key128& key) const { return kv::Key128Hash{}(key) & (table_.size() - 1); }
+  void table_insert(uint32_t n);
+  void table_erase(const kv::Key128& key);
+  void grow_table();
 
   uint64_t capacity_;
   uint64_t evictions_ = 0;
-  std::list<kv::Key128> lru_;  // front = most recent
-  std::unordered_map<kv::Key128, std::list<kv::Key128>::iterator, kv::Key128Hash> map_;
+  std::vector<Node> nodes_;               // at most capacity_; reused from the tail when full
+  uint32_t head_ = kNone, tail_ = kNone;  // most and least recent
+  std::vector<uint32_t> table_;           // power of two, at most half full
 };
 
 }  // namespace kvtier::engine
