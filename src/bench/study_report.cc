@@ -10,6 +10,7 @@
 #include "bench/memcpy_limit.h"
 #include "bench/study_metrics.h"
 #include "common/buffer.h"
+#include "common/flat_insert_map.h"
 
 namespace kvtier::bench {
 
@@ -176,7 +177,10 @@ StudyWorkloadInfo describe_workload(const Workload& w, double token_scale) {
   info.block_tokens = w.block_tokens;
   for (const auto& g : w.length_groups) info.group_labels.push_back(g.label);
   info.group_counts.assign(w.length_groups.size(), 0);
-  std::unordered_set<uint64_t> seen;
+  struct Mixed {  // the chain hash below is already mixed
+    size_t operator()(uint64_t h) const { return static_cast<size_t>(h); }
+  };
+  FlatInsertMap<uint64_t, bool, Mixed> seen;  // tens of millions of inserts at full scale
   std::vector<uint64_t> prefix;
   double tokens = 0;
   for (const auto& s : w.sessions) {
@@ -188,7 +192,7 @@ StudyWorkloadInfo describe_workload(const Workload& w, double token_scale) {
       for (uint64_t id : t.block_ids) {
         h = (h ^ id) * 0x100000001b3ull;
         h ^= h >> 31;
-        seen.insert(h);
+        seen.emplace(h, true);
       }
     }
   }
