@@ -95,6 +95,11 @@ struct StudyOptions {
   // case E then reaches it directly too (its link is modeled by
   // modeled_store's remote rates), not through a loopback NVMe/TCP export.
   std::function<Result<std::shared_ptr<blk::BlockDevice>>(uint64_t blocks)> make_volume;
+  // The replicas' disk-tier reads share one volume (case E: one link): a
+  // load's disk part starts when the reads booked before it are done, in
+  // virtual time. Off, each replica's reads take their own charged time
+  // whatever the others do (the testbed measures each call alone).
+  bool shared_disk = false;
   LoadPolicy load_policy = LoadPolicy::kRace;
   PdTransferMode pd_transfer = PdTransferMode::kLoopback;
   // Each prefill replica runs its store calls and PD sends on its own

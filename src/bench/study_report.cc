@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 #include <filesystem>
-#include <unordered_set>
 
 #include "bench/fio_runner.h"
 #include "bench/memcpy_limit.h"
@@ -155,6 +154,7 @@ nlohmann::json case_json(const CaseResult& r, const CaseResult* recompute, const
   j["replica_overlap_wall_s"] = r.replica_overlap_wall_s;
   j["store_wall_s"] = r.store_wall_s;
   j["store_charged_s"] = r.store_charged_s;
+  j["disk_queue_s"] = r.disk_queue_s;
   add_load_rate_json(j, r, lim);
   j["wall_s"] = r.wall_s;
   if (samples) {

@@ -117,6 +117,7 @@ struct PrefixLoad {
   size_t load_from = 0;      // under the race, [hbm, load_from) is recomputed during the load
   size_t store_matched = 0;  // blocks the store already holds
   double load_s = 0;         // the load's time, as charged (measured, or modeled in tests)
+  double disk_s = 0;         // of which reading disk-served blocks
   double load_wall_s = 0;    // the load's measured wall time
 };
 
@@ -208,6 +209,7 @@ class Run {
   std::vector<Issue> pending_;  // issues waiting for their time (index = event idx)
   std::deque<const TraceRequest*> client_queue_;
   uint32_t in_flight_ = 0;
+  double disk_free_at_ = 0;  // StudyOptions::shared_disk: when the volume is next free
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   uint64_t seq_ = 0;
   uint64_t total_ = 0;
@@ -488,6 +490,7 @@ Result<PrefixLoad> Run::load_from_store(PrefillReplica& p, std::span<const kv::K
     disk_s = static_cast<double>(load->disk_bytes) / modeled_disk_load_rate();
     out.load_s = ram_s + disk_s;
   }
+  out.disk_s = disk_s;
   p.load_rates.observe(kv::Tier::kRam, load->from_ram, ram_s * scale);
   p.load_rates.observe(kv::Tier::kDisk, load->from_disk, disk_s * scale);
   res_.verify_failures += load->verify_failures;
@@ -588,12 +591,20 @@ Status Run::start_prefill(size_t pi, double now) {
   // The load starts once the replica's earlier saves are out of the way.
   const double load_start =
       load->load_s > 0 && load->cached > hbm ? std::max(now, p.save_free_at) : now;
+  // With shared_disk, the replicas' disk reads queue on the one volume (or
+  // link): this load's disk part waits for the reads booked before it.
+  double load_s = load->load_s * scale;
+  if (o_.shared_disk && load->disk_s > 0) {
+    const double disk_start = std::max(load_start, disk_free_at_);
+    disk_free_at_ = disk_start + load->disk_s * scale;
+    load_s += disk_start - load_start;
+    res_.disk_queue_s += disk_start - load_start;
+  }
   // The front's recompute starts at once, the load once the saves are out of
   // the way; the rest of the prompt is computed when both are done.
   const double front_compute = engine_.prefill_seconds(front_tokens, hbm * w_.block_tokens);
   const double prefill = engine_.prefill_seconds(r.prompt_tokens - prefix_tokens, prefix_tokens);
-  const double prefill_end =
-      std::max(now + front_compute, load_start + load->load_s * scale) + prefill;
+  const double prefill_end = std::max(now + front_compute, load_start + load_s) + prefill;
   f.prefill_end = prefill_end;
   return after_prefill(pi, id, keys, load->store_matched, prefill_end, scale);
 }

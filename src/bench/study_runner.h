@@ -99,6 +99,7 @@ struct CaseResult {
   double store_load_wall_s = 0;       // of which lookups and loads (the rest: saves)
   double store_disk_load_wall_s = 0;  // of which reads of disk-only blocks
   double store_charged_s = 0;         // the same, charged to the virtual clock
+  double disk_queue_s = 0;  // StudyOptions::shared_disk: virtual seconds loads waited for the disk
   // Sum over prefill replicas of the union of the intervals in which the
   // replica had a request outstanding (dispatch to last token).
   double busy_union_s = 0;

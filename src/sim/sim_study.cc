@@ -46,6 +46,8 @@ void configure_simulation(const SimProfile& p, bench::StudyRunOptions* o) {
   s.store_charge_scale = 0;
   s.modeled_store = p.rates;
   s.pd_transfer = bench::PdTransferMode::kModeled;
+  // The deployment's replicas share one volume (or link): their reads queue.
+  s.shared_disk = true;
   s.make_volume = [](uint64_t blocks) -> Result<std::shared_ptr<blk::BlockDevice>> {
     return std::shared_ptr<blk::BlockDevice>(
         std::make_shared<SparsePageDevice>(sparse_volume_bytes(blocks, kRegionBytes)));

@@ -240,6 +240,7 @@ int run_study_cli(StudyCli cli) {
     }
     *profile = cli.run.study.profile;
   }
+  if (cli.shared_disk) cli.run.study.shared_disk = *cli.shared_disk;
   auto& o = cli.run;
   std::fprintf(stderr, "%s: preparing the workload...\n", cli.command.c_str());
   auto w = load_workload(cli, *profile);
@@ -339,6 +340,10 @@ void add_service_options(CLI::App* cmd, const std::shared_ptr<StudyCli>& cli) {
                   "that ratio on a slower disk. Overrides --prefill-tokens-per-s")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_flag_function(
+      "--shared-disk,!--no-shared-disk", [cli](int64_t n) { cli->shared_disk = n > 0; },
+      "The replicas' disk reads queue on the one volume (case E: one link) in virtual time "
+      "(default: on in the simulator; off in the testbed, which measures each call alone)");
   cmd->add_option_function<std::string>(
          "--load-policy",
          [cli](const std::string& v) {

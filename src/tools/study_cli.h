@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,7 @@ struct StudyCli {
   double ram_gib = 256;
   double disk_tib = 3;
   double prefill_tokens_per_s = 0;  // 0: the profile's
+  std::optional<bool> shared_disk;  // unset: the testbed's or simulator's default
   uint32_t active_sessions = 16;
   uint32_t min_other = 128;
   uint32_t fleet_sessions = 12;
