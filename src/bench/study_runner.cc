@@ -141,6 +141,9 @@ class Run {
 
  private:
   Status setup();
+  // setup()'s store: its tiers sized in the deployment's blocks, its volume,
+  // and each replica's connector.
+  Status setup_store(const kv::Namespace& ns);
   void push(double t, EvKind k, uint32_t idx) { events_.push({t, seq_++, k, idx}); }
   // Measured store and transfer seconds x this = virtual seconds charged.
   double charge_scale() const {
@@ -237,7 +240,6 @@ Status Run::setup() {
     }
   }
 
-  const double scale = o_.profile.byte_scale();
   const uint64_t hbm_tokens = o_.hbm_pool_tokens ? o_.hbm_pool_tokens : o_.profile.hbm_pool_tokens;
   const uint64_t hbm_blocks = static_cast<uint64_t>(
       std::llround(static_cast<double>(hbm_tokens) * o_.profile.token_scale / w_.block_tokens));
@@ -256,6 +258,10 @@ Status Run::setup() {
   KVTIER_RETURN_IF_ERROR(setup_pd_transfer());
 
   if (!spec_.store) return Status::ok_status();
+  return setup_store(ns);
+}
+
+Status Run::setup_store(const kv::Namespace& ns) {
   kv::StoreOptions so;
   so.max_object_bytes = block_bytes_;
   // As many RAM slots as the deployment's RAM holds blocks (a slot is the
@@ -272,9 +278,11 @@ Status Run::setup() {
   // Room in the checkpoint for one entry per block (entries are small here).
   so.disk.checkpoint_min_entry_bytes = align_up(block_bytes_, 4096);
   if (spec_.disk_tier) {
-    auto vol = o_.make_volume
-                   ? o_.make_volume(static_cast<uint64_t>(o_.disk_bytes / deployment_block_bytes))
-                   : open_raid0_volume(o_, static_cast<uint64_t>(o_.disk_bytes / scale), &files_);
+    auto vol =
+        o_.make_volume
+            ? o_.make_volume(static_cast<uint64_t>(o_.disk_bytes / deployment_block_bytes))
+            : open_raid0_volume(o_, static_cast<uint64_t>(o_.disk_bytes / o_.profile.byte_scale()),
+                                &files_);
     if (!vol.ok()) return vol.status();
     so.volume = *vol;
     if (spec_.remote_volume && !o_.make_volume) {
