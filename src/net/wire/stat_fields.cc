@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <string_view>
 #include <unordered_map>
 
@@ -25,6 +26,19 @@ void add(Fields& f, std::string name, std::string labels, std::string help, K ki
       f, NAME, LABELS, HELP, KIND, [](const S& s) { return uint64_t(s.MEMBER); }, \
       [](S& s, uint64_t v) { s.MEMBER = static_cast<decltype(s.MEMBER)>(v); })
 
+// One counter per reason of StoreStats' array `counts`, labelled with the
+// reason's name (reason 0 is "none" and has no counter).
+template <typename Reason, size_t N>
+void add_by_reason(Fields& f, const char* name, std::array<uint64_t, N> S::*counts,
+                   const char* (*name_of)(Reason)) {
+  for (size_t i = 1; i < N; ++i) {
+    add(
+        f, name, fmt::format("reason=\"{}\"", name_of(static_cast<Reason>(i))), "", K::kStoreMetric,
+        [i, counts](const S& s) { return (s.*counts)[i]; },
+        [i, counts](S& s, uint64_t v) { (s.*counts)[i] = v; });
+  }
+}
+
 // The store's own counters: puts, hits and misses by reason, refusals by
 // reason, eviction, demotion and promotion.
 void add_store_counters(Fields& f) {
@@ -34,20 +48,8 @@ void add_store_counters(Fields& f) {
   KVTIER_FIELD("kvtier_store_hits_total", "tier=\"ram\"", "", K::kStoreMetric, hits_ram);
   KVTIER_FIELD("kvtier_store_hits_total", "tier=\"disk\"", "", K::kStoreMetric, hits_disk);
   KVTIER_FIELD("kvtier_store_get_bytes_total", "", "", K::kStoreMetric, get_bytes);
-  for (size_t i = 1; i < static_cast<size_t>(kv::MissReason::kCount); ++i) {
-    add(
-        f, "kvtier_store_misses_total",
-        fmt::format("reason=\"{}\"", kv::miss_reason_name(static_cast<kv::MissReason>(i))), "",
-        K::kStoreMetric, [i](const S& s) { return s.misses[i]; },
-        [i](S& s, uint64_t v) { s.misses[i] = v; });
-  }
-  for (size_t i = 1; i < static_cast<size_t>(kv::RefuseReason::kCount); ++i) {
-    add(
-        f, "kvtier_store_refusals_total",
-        fmt::format("reason=\"{}\"", kv::refuse_reason_name(static_cast<kv::RefuseReason>(i))), "",
-        K::kStoreMetric, [i](const S& s) { return s.refusals[i]; },
-        [i](S& s, uint64_t v) { s.refusals[i] = v; });
-  }
+  add_by_reason(f, "kvtier_store_misses_total", &S::misses, kv::miss_reason_name);
+  add_by_reason(f, "kvtier_store_refusals_total", &S::refusals, kv::refuse_reason_name);
   KVTIER_FIELD("kvtier_store_ram_evictions_total", "", "", K::kStoreMetric, evictions);
   KVTIER_FIELD("kvtier_store_demotions_total", "", "", K::kStoreMetric, demotions);
   KVTIER_FIELD("kvtier_store_demotion_bytes_total", "", "", K::kStoreMetric, demotion_bytes);
