@@ -34,7 +34,8 @@ std::string parse_request(const nlohmann::json& r, uint32_t block_size, bool loc
                           uint64_t file_ordinal, Parsed* out) {
   if (!r.is_object()) return "request not a JSON object";
   TraceRequestFields f;
-  std::string why = read_request_fields(r, {"t", "in", "out"}, &f);
+  std::string why =
+      read_request_fields(r, {"t", "in", "out", "missing field (t, in, out or hash_ids)"}, &f);
   if (!why.empty()) return why;
   const nlohmann::json* ids = f.hash_ids;
   if (ids->size() != f.input_tokens / block_size) {

@@ -37,7 +37,8 @@ std::string parse_record(const std::string& line, Record* out) {
   if (j.is_discarded()) return "not valid JSON";
   if (!j.is_object()) return "not a JSON object";
   TraceRequestFields f;
-  std::string why = read_request_fields(j, {"timestamp", "input_length", "output_length"}, &f);
+  std::string why =
+      read_request_fields(j, {"timestamp", "input_length", "output_length", "missing field"}, &f);
   if (!why.empty()) return why;
   const nlohmann::json* ids = f.hash_ids;
   const uint64_t blocks = (f.input_tokens + kMooncakeBlockTokens - 1) / kMooncakeBlockTokens;

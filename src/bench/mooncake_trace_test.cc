@@ -140,9 +140,7 @@ TEST(MooncakeTrace, QuirksAreSkippedAndCounted) {
   EXPECT_EQ(w->records_skipped, 7u);
   EXPECT_EQ(w->skipped_by_reason.at("not valid JSON"), 1u);
   EXPECT_EQ(w->skipped_by_reason.at("not a JSON object"), 1u);
-  EXPECT_EQ(
-      w->skipped_by_reason.at("missing field (timestamp, input_length, output_length or hash_ids)"),
-      1u);
+  EXPECT_EQ(w->skipped_by_reason.at("missing field"), 1u);
   EXPECT_EQ(w->skipped_by_reason.at("mistyped field"), 1u);
   EXPECT_EQ(w->skipped_by_reason.at("empty prompt (input_length 0)"), 1u);
   EXPECT_EQ(w->skipped_by_reason.at("hash_ids length is not ceil(input_length / 512)"), 1u);

@@ -152,6 +152,8 @@ struct FioPairedRounds {
 
   // One round: `kvtier_turn` measures kvtier and returns its rate and the
   // extra fields of the round's record; fio runs `job` before or after it.
+  // `job` is read when fio runs, so a turn may still change it (the write
+  // rounds give fio's next turn the length of kvtier's).
   Status run(unsigned round, const FioJob& job, const Turn& kvtier_turn) {
     const bool fio_first = round % 2 == 1;
     Result<FioResult> fio = Status::internal("fio not run");

@@ -53,6 +53,9 @@ enum class LoadPolicy : uint8_t {
 };
 const char* load_policy_name(LoadPolicy p);
 
+// The region size of a study run's disk tier (testbed and simulator).
+inline constexpr uint64_t kStudyRegionBytes = 16ull << 20;
+
 struct StudyOptions {
   engine::EngineProfile profile;  // default: the scaled H100 profile
   uint32_t prefill_replicas = 2;

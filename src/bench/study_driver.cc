@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -60,7 +61,7 @@ Result<StudyReport> run_study(const Workload& w, const StudyRunOptions& o,
     sp.run_index = finished;
     sp.run_count = jobs.size();
     sp.total = w.request_count();
-    for (size_t j = 0; j < jobs.size(); ++j) sp.done += done[j] < sp.total ? done[j] : 0;
+    for (uint64_t d : done) sp.done += d;  // a finished run's is back to 0
     progress(sp);
   };
   auto run_one = [&](size_t i) {
@@ -87,6 +88,11 @@ Result<StudyReport> run_study(const Workload& w, const StudyRunOptions& o,
       results[i] = std::move(*r);
     }
   };
+  if (o.parallel_runs > 1 && !study.make_volume) {
+    // The testbed's runs create volume files named by process, and measure
+    // the machine: they must run one at a time.
+    return Status::invalid_argument("parallel runs need the simulator's volumes (make_volume)");
+  }
   if (o.parallel_runs <= 1) {
     for (size_t i = 0; i < jobs.size(); ++i) {
       run_one(i);
@@ -99,7 +105,15 @@ Result<StudyReport> run_study(const Workload& w, const StudyRunOptions& o,
     std::vector<std::thread> threads;
     for (unsigned t = 0; t < std::min<size_t>(o.parallel_runs, jobs.size()); ++t) {
       threads.emplace_back([&] {
-        for (size_t i; (i = next.fetch_add(1)) < jobs.size();) run_one(i);
+        for (size_t i; (i = next.fetch_add(1)) < jobs.size();) {
+          // An exception must not escape the thread (std::terminate): it
+          // becomes that run's error.
+          try {
+            run_one(i);
+          } catch (const std::exception& e) {
+            results[i] = Status::internal(std::string("run failed: ") + e.what());
+          }
+        }
       });
     }
     for (auto& t : threads) t.join();

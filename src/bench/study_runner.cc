@@ -19,6 +19,7 @@
 #include "engine/hbm_prefix_pool.h"
 #include "engine/kv_connector.h"
 #include "engine/load_planner.h"
+#include "kv/ram_tier.h"
 #include "kv/store.h"
 #include "nvmf/host_device.h"
 #include "nvmf/target.h"
@@ -30,7 +31,6 @@ namespace kvtier::bench {
 
 namespace {
 
-constexpr uint64_t kRegionBytes = 16ull << 20;
 constexpr uint64_t kRaidStripBytes = 1ull << 20;
 
 // Volume files of one run, removed when the run ends.
@@ -45,7 +45,7 @@ Result<std::shared_ptr<blk::BlockDevice>> open_raid0_volume(const StudyOptions& 
                                                             VolumeFiles* files) {
   std::vector<std::shared_ptr<blk::BlockDevice>> members;
   const uint64_t per_member =
-      align_up(std::max<uint64_t>(bytes / 2, 4 * kRegionBytes), kRaidStripBytes);
+      align_up(std::max<uint64_t>(bytes / 2, 4 * kStudyRegionBytes), kRaidStripBytes);
   for (int i = 0; i < 2; ++i) {
     const std::string path =
         (std::filesystem::path(o.volume_dir) /
@@ -264,15 +264,16 @@ Status Run::setup() {
 Status Run::setup_store(const kv::Namespace& ns) {
   kv::StoreOptions so;
   so.max_object_bytes = block_bytes_;
-  // As many RAM slots as the deployment's RAM holds blocks (a slot is the
-  // block rounded up to 64 bytes, which matters for the simulator's blocks
-  // of a few bytes).
+  // As many RAM slots as the deployment's RAM holds blocks (a slot is larger
+  // than the block, which matters for the simulator's blocks of a few bytes).
   const double deployment_block_bytes =
       o_.profile.real_tokens(w_.block_tokens) * static_cast<double>(o_.profile.kv_bytes_per_token);
   const auto ram_slots =
       static_cast<uint64_t>(static_cast<double>(o_.ram_bytes) / deployment_block_bytes);
-  so.ram_bytes = spec_.ram_tier ? std::max<uint64_t>(ram_slots, 1) * align_up(block_bytes_, 64) : 0;
-  so.disk.region_bytes = kRegionBytes;
+  so.ram_bytes = spec_.ram_tier
+                     ? std::max<uint64_t>(ram_slots, 1) * kv::RamTier::slot_bytes_for(block_bytes_)
+                     : 0;
+  so.disk.region_bytes = kStudyRegionBytes;
   so.disk.max_payload_bytes = std::max<uint32_t>(block_bytes_, 4096);
   so.disk.read_depth = o_.disk_read_depth;
   // Room in the checkpoint for one entry per block (entries are small here).

@@ -13,8 +13,7 @@ std::string read_request_fields(const nlohmann::json& record, const TraceFieldNa
   const auto outl = record.find(names.output);
   const auto ids = record.find("hash_ids");
   if (t == record.end() || in == record.end() || outl == record.end() || ids == record.end()) {
-    return fmt::format("missing field ({}, {}, {} or hash_ids)", names.time, names.input,
-                       names.output);
+    return names.missing;
   }
   if (!t->is_number() || !in->is_number_unsigned() || !outl->is_number_unsigned() ||
       !ids->is_array()) {

@@ -14,6 +14,7 @@ struct TraceFieldNames {
   const char* time;
   const char* input;
   const char* output;
+  const char* missing;  // the skip reason for a record that lacks one of them
 };
 
 struct TraceRequestFields {

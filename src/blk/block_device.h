@@ -50,6 +50,11 @@ struct DeviceCounters {
     return DeviceStats{reads.load(r),      writes.load(r),        flushes.load(r), trims.load(r),
                        bytes_read.load(r), bytes_written.load(r), errors.load(r)};
   }
+  // Fails a request inline: one more error, and `cb` gets `st`.
+  void fail(IoCallback& cb, Status st) {
+    errors.fetch_add(1, std::memory_order_relaxed);
+    cb(std::move(st));
+  }
 };
 
 // The answers of BlockDevice::capabilities().
@@ -128,6 +133,14 @@ class BlockDevice {
  protected:
   // Shared argument check for implementations: alignment, bounds, non-empty.
   Status check_io(uint64_t offset, uint64_t length, const void* buf) const;
+  // check_io(), and on a refusal the request fails inline, counted in `io`.
+  bool refused(uint64_t offset, uint64_t length, const void* buf, IoCallback& cb,
+               DeviceCounters& io) const {
+    Status st = check_io(offset, length, buf);
+    if (st.ok()) return false;
+    io.fail(cb, std::move(st));
+    return true;
+  }
 };
 
 // A device that owns its storage and knows its geometry when it is built:

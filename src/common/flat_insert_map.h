@@ -18,7 +18,8 @@ template <typename K, typename V, typename Hash>
 class FlatInsertMap {
  public:
   // Inserts {key, value} unless `key` is present; returns the entry's value
-  // and whether it was inserted (like std::unordered_map::emplace).
+  // and whether it was inserted (like std::unordered_map::emplace). The
+  // pointer is good until the next emplace, which may move every entry.
   std::pair<V*, bool> emplace(const K& key, const V& value) {
     if ((size_ + 1) * 2 > slots_.size()) grow();
     Slot& s = probe(slots_, key);
@@ -29,7 +30,7 @@ class FlatInsertMap {
   }
   const V* find(const K& key) const {
     if (slots_.empty()) return nullptr;
-    const Slot& s = probe(const_cast<std::vector<Slot>&>(slots_), key);
+    const Slot& s = probe(slots_, key);
     return s.used ? &s.value : nullptr;
   }
   size_t size() const { return size_; }
@@ -43,7 +44,8 @@ class FlatInsertMap {
 
   // The slot of `key`, or the empty one where it would go (capacity is a
   // power of two, at most half full, so an empty slot always ends the probe).
-  static Slot& probe(std::vector<Slot>& slots, const K& key) {
+  template <typename Slots>  // const or not
+  static auto& probe(Slots& slots, const K& key) {
     const size_t mask = slots.size() - 1;
     for (size_t i = Hash{}(key)&mask;; i = (i + 1) & mask) {
       if (!slots[i].used || slots[i].key == key) return slots[i];

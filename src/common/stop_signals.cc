@@ -4,12 +4,12 @@
 
 namespace kvtier {
 
-StopSignals::StopSignals() {
+StopSignals::StopSignals(bool ignore_sigpipe) {
   sigemptyset(&set_);
   sigaddset(&set_, SIGINT);
   sigaddset(&set_, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set_, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  if (ignore_sigpipe) signal(SIGPIPE, SIG_IGN);
 }
 
 int StopSignals::wait() const {

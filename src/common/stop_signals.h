@@ -4,8 +4,8 @@
 //
 // Construct it before starting any thread: the signals are blocked in the
 // constructing thread and every thread started later inherits that mask.
-// SIGPIPE is ignored too: a peer that goes away must fail a write, not end
-// the process.
+// With `ignore_sigpipe`, SIGPIPE is ignored too: a peer that goes away must
+// fail a write, not end the process.
 #pragma once
 
 #include <csignal>
@@ -14,7 +14,7 @@ namespace kvtier {
 
 class StopSignals {
  public:
-  StopSignals();
+  explicit StopSignals(bool ignore_sigpipe);
   // Blocks until SIGINT or SIGTERM arrives; returns which.
   int wait() const;
 

@@ -3,10 +3,20 @@
 namespace kvtier::engine {
 
 size_t HbmPrefixPool::match_prefix(std::span<const kv::Key128> keys) {
-  size_t n = 0;
-  while (n < keys.size() && find(keys[n]) != kNone) ++n;
-  for (size_t i = n; i-- > 0;) touch(keys[i]);
-  return n;
+  matched_.clear();
+  for (const kv::Key128& key : keys) {
+    const uint32_t n = find(key);
+    if (n == kNone) break;
+    matched_.push_back(n);
+  }
+  for (size_t i = matched_.size(); i-- > 0;) move_to_front(matched_[i]);
+  return matched_.size();
+}
+
+void HbmPrefixPool::move_to_front(uint32_t n) {
+  if (n == head_) return;
+  unlink(n);
+  push_front(n);
 }
 
 void HbmPrefixPool::insert(std::span<const kv::Key128> keys) {
@@ -22,13 +32,7 @@ uint32_t HbmPrefixPool::find(const kv::Key128& key) const {
 }
 
 void HbmPrefixPool::touch(const kv::Key128& key) {
-  if (const uint32_t n = find(key); n != kNone) {
-    if (n != head_) {
-      unlink(n);
-      push_front(n);
-    }
-    return;
-  }
+  if (const uint32_t n = find(key); n != kNone) return move_to_front(n);
   if (capacity_ == 0) return;
   uint32_t n;
   if (nodes_.size() < capacity_) {

@@ -42,6 +42,7 @@ class HbmPrefixPool {
 
   uint32_t find(const kv::Key128& key) const;  // node number, or kNone
   void touch(const kv::Key128& key);
+  void move_to_front(uint32_t n);
   void unlink(uint32_t n);
   void push_front(uint32_t n);
   size_t home(const kv::Key128& key) const { return kv::Key128Hash{}(key) & (table_.size() - 1); }
@@ -54,6 +55,7 @@ class HbmPrefixPool {
   std::vector<Node> nodes_;               // at most capacity_; reused from the tail when full
   uint32_t head_ = kNone, tail_ = kNone;  // most and least recent
   std::vector<uint32_t> table_;           // power of two, at most half full
+  std::vector<uint32_t> matched_;         // match_prefix's nodes, kept for its capacity
 };
 
 }  // namespace kvtier::engine

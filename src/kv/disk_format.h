@@ -120,4 +120,24 @@ inline uint64_t entry_bytes(uint64_t payload_bytes) {
   return kPayloadOffset + align_up(payload_bytes, kPageBytes);
 }
 
+// The metadata at the front of a volume of `capacity` bytes: the superblock
+// page, then a checkpoint area with a record per region and room for one
+// entry per `checkpoint_entry_bytes` of the volume; the data area (whole
+// regions) starts at the next MiB.
+struct VolumeLayout {
+  uint64_t checkpoint_bytes = 0;
+  uint64_t data_offset = 0;
+};
+inline VolumeLayout volume_layout(uint64_t capacity, uint64_t region_bytes,
+                                  uint64_t checkpoint_entry_bytes) {
+  const uint64_t max_regions = capacity / region_bytes + 1;
+  VolumeLayout l;
+  l.checkpoint_bytes =
+      align_up(sizeof(CheckpointHeader) + max_regions * sizeof(CheckpointRegion) +
+                   (capacity / checkpoint_entry_bytes + 1) * sizeof(CheckpointEntry),
+               kPageBytes);
+  l.data_offset = align_up(kPageBytes + l.checkpoint_bytes, 1u << 20);
+  return l;
+}
+
 }  // namespace kvtier::kv::disk

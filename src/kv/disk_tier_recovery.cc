@@ -59,12 +59,10 @@ Status DiskTier::check_options() {
 // Places the checkpoint area and the regions on the volume.
 Status DiskTier::plan_layout(uint64_t* data_offset_out, uint64_t* ckpt_cap_out) {
   const uint64_t cap = dev_->capacity();
-  const uint64_t max_regions = cap / opts_.region_bytes + 1;
-  const uint64_t ckpt_cap =
-      align_up(sizeof(CheckpointHeader) + max_regions * sizeof(CheckpointRegion) +
-                   (cap / opts_.checkpoint_min_entry_bytes + 1) * sizeof(CheckpointEntry),
-               kPageBytes);
-  const uint64_t data_offset = align_up(kPageBytes + ckpt_cap, 1u << 20);
+  const VolumeLayout layout =
+      volume_layout(cap, opts_.region_bytes, opts_.checkpoint_min_entry_bytes);
+  const uint64_t ckpt_cap = layout.checkpoint_bytes;
+  const uint64_t data_offset = layout.data_offset;
   if (cap < data_offset + opts_.region_bytes) {
     return Status::invalid_argument(fmt::format(
         "volume {} of {} bytes is too small for one region of {} bytes plus {} bytes of metadata",

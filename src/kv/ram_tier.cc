@@ -17,7 +17,7 @@ RamTier::RamTier(uint64_t capacity_bytes, uint32_t slot_bytes, bool shared_arena
                               std::array{RamPartitionSpec{capacity_bytes, shared_arena}})) {}
 
 RamTier::RamTier(uint32_t slot_bytes, std::span<const RamPartitionSpec> partitions)
-    : slot_bytes_(static_cast<uint32_t>(align_up(slot_bytes, 64))) {
+    : slot_bytes_(slot_bytes_for(slot_bytes)) {
   for (const RamPartitionSpec& spec : partitions) {
     auto p = std::make_unique<Partition>();
     p->first = slot_count_;

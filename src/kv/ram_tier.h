@@ -50,6 +50,12 @@ class RamTier {
   // Partitions in order (partition 0 first); any may have zero slots.
   RamTier(uint32_t slot_bytes, std::span<const RamPartitionSpec> partitions);
 
+  // The bytes a slot takes for objects of `object_bytes` (rounded up to 64,
+  // a cache line, so that no two slots share one).
+  static uint32_t slot_bytes_for(uint32_t object_bytes) {
+    return static_cast<uint32_t>(align_up(object_bytes, 64));
+  }
+
   uint32_t slot_count() const { return slot_count_; }
   uint32_t slot_bytes() const { return slot_bytes_; }
   size_t partition_count() const { return parts_.size(); }

@@ -152,11 +152,14 @@ namespace {
 
 // ICReq and ICResp share one layout (NVMe/TCP 3.6.2.2-3): PFV, a PDU data
 // alignment (HPDA / CPDA), the digest flags and a 32-bit limit (MAXR2T /
-// MAXH2CDATA). `pda` and `limit` name the fields of the one being decoded.
-template <typename Ic>
-Result<Ic> decode_ic(ByteView hdr, const char* what, uint8_t Ic::*pda, uint32_t Ic::*limit) {
+// MAXH2CDATA). `pda` and `limit` name the fields of the one being decoded;
+// `check` judges its own fields, after PFV and before the digest bits.
+template <typename Ic, typename Check>
+Result<Ic> decode_ic(ByteView hdr, const char* what, uint8_t Ic::*pda, uint32_t Ic::*limit,
+                     Check&& check) {
   const std::string prefix = std::string("nvme-tcp: ") + what;
-  if (hdr.size() < kIcPduSize) return Status::invalid_argument(prefix + " short");
+  if (hdr.size() < kIcPduSize)
+    return Status::invalid_argument("nvme-tcp: short " + std::string(what));
   const uint8_t* p = u8(hdr);
   Ic r;
   r.pfv = get16(p + 8);
@@ -165,6 +168,7 @@ Result<Ic> decode_ic(ByteView hdr, const char* what, uint8_t Ic::*pda, uint32_t 
   r.ddgst = p[11] & 2;
   r.*limit = get32(p + 12);
   if (r.pfv != 0) return Status::invalid_argument(prefix + " pfv " + std::to_string(r.pfv));
+  KVTIER_RETURN_IF_ERROR(check(r));
   if (p[11] & ~3u) return Status::invalid_argument(prefix + " unknown digest bits");
   return r;
 }
@@ -183,19 +187,20 @@ uint32_t encode_ic(const Ic& r, PduType type, uint8_t pda, uint32_t limit, Heade
 }  // namespace
 
 Result<IcReq> decode_icreq(ByteView hdr) {
-  auto r = decode_ic<IcReq>(hdr, "ICReq", &IcReq::hpda, &IcReq::maxr2t);
-  if (r.ok() && r->hpda > 31) return Status::invalid_argument("nvme-tcp: ICReq hpda out of range");
-  return r;
+  return decode_ic<IcReq>(hdr, "ICReq", &IcReq::hpda, &IcReq::maxr2t, [](const IcReq& r) {
+    if (r.hpda > 31) return Status::invalid_argument("nvme-tcp: ICReq hpda out of range");
+    return Status::ok_status();
+  });
 }
 
 Result<IcResp> decode_icresp(ByteView hdr) {
-  auto r = decode_ic<IcResp>(hdr, "ICResp", &IcResp::cpda, &IcResp::maxh2cdata);
-  if (!r.ok()) return r;
-  if (r->cpda != 0) return Status::invalid_argument("nvme-tcp: unsupported cpda");
-  if (r->maxh2cdata < kMinMaxH2CData || r->maxh2cdata % 4 != 0) {
-    return Status::invalid_argument("nvme-tcp: invalid maxh2cdata");
-  }
-  return r;
+  return decode_ic<IcResp>(hdr, "ICResp", &IcResp::cpda, &IcResp::maxh2cdata, [](const IcResp& r) {
+    if (r.cpda != 0) return Status::invalid_argument("nvme-tcp: unsupported cpda");
+    if (r.maxh2cdata < kMinMaxH2CData || r.maxh2cdata % 4 != 0) {
+      return Status::invalid_argument("nvme-tcp: invalid maxh2cdata");
+    }
+    return Status::ok_status();
+  });
 }
 
 Result<DataHeader> decode_data_header(ByteView hdr) {

@@ -25,7 +25,7 @@ int serve_until_signal(const std::string& config_path) {
   }
   // Before the target's threads start: a stop then closes the connections
   // and joins them.
-  const StopSignals stop;
+  const StopSignals stop(/*ignore_sigpipe=*/true);
   const std::string address = cfg->address;
   auto target = NvmfTarget::start(std::move(cfg.value()));
   if (!target.ok()) {

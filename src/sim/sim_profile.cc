@@ -115,7 +115,14 @@ Result<SimProfile> parse_sim_profile(const std::string& json_text) {
       return Status::invalid_argument(
           fmt::format("sim profile: {} must be {{\"value\": number, \"source\": \"...\"}}", key));
     }
-    set(p, f->field, v->get<double>());
+    // Checked before it is stored: a negative or huge value would not
+    // convert to the integer fields.
+    const double figure = v->get<double>();
+    if (!(figure > 0) || !(figure < 1e18)) {
+      return Status::invalid_argument(
+          fmt::format("sim profile: {} must be positive (and below 1e18), is {}", key, figure));
+    }
+    set(p, f->field, figure);
     p.sources[key] = src->get<std::string>();
   }
   for (const auto& f : figures()) {
@@ -140,6 +147,14 @@ Result<SimProfile> load_sim_profile(const std::string& path) {
 
 std::optional<SimProfile> find_sim_profile(const std::string& name) {
   return find_by_name(builtin_sim_profiles(), name);
+}
+
+Result<SimProfile> resolve_sim_profile(const std::string& name, const std::string& file) {
+  if (!file.empty()) return load_sim_profile(file);
+  if (auto p = find_sim_profile(name)) return *p;
+  std::string known;
+  for (const auto& p : builtin_sim_profiles()) known += " " + p.name;
+  return Status::not_found("no built-in sim profile '" + name + "' (built-in:" + known + ")");
 }
 
 }  // namespace kvtier::sim

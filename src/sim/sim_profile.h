@@ -44,5 +44,8 @@ Result<SimProfile> load_sim_profile(const std::string& path);
 
 const std::vector<SimProfile>& builtin_sim_profiles();
 std::optional<SimProfile> find_sim_profile(const std::string& name);
+// The profile in `file` when it is not empty, else the built-in `name`; an
+// unknown name's error lists the built-in ones.
+Result<SimProfile> resolve_sim_profile(const std::string& name, const std::string& file);
 
 }  // namespace kvtier::sim

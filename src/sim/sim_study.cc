@@ -8,13 +8,6 @@
 
 namespace kvtier::sim {
 
-namespace {
-// The study runner's disk-tier region size (bench/study_runner.cc).
-constexpr uint64_t kRegionBytes = 16ull << 20;
-
-uint64_t round_up(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
-}  // namespace
-
 engine::EngineProfile sim_engine_profile(const SimProfile& p) {
   engine::EngineProfile e = p.engine;
   e.name = "sim:" + p.name;
@@ -27,15 +20,25 @@ engine::EngineProfile sim_engine_profile(const SimProfile& p) {
 uint64_t sparse_volume_bytes(uint64_t blocks, uint64_t region_bytes) {
   // An entry of a few bytes: its header page and one payload page.
   const uint64_t data =
-      round_up(std::max<uint64_t>(blocks, 1) * kv::disk::entry_bytes(1), region_bytes);
-  // The checkpoint area has room for one entry per page of the volume
-  // (kv/disk_tier_recovery.cc, plan_layout), and a region record each.
-  const uint64_t pages = data / kv::disk::kPageBytes + 1;
-  const uint64_t checkpoint = pages * sizeof(kv::disk::CheckpointEntry) +
-                              (data / region_bytes + 1) * sizeof(kv::disk::CheckpointRegion);
-  // Superblock page, the checkpoint rounded to 1 MiB, and one region spare
-  // for the rounding of the layout.
-  return data + round_up(kv::disk::kPageBytes + checkpoint + (1u << 20), 1u << 20) + region_bytes;
+      align_up(std::max<uint64_t>(blocks, 1) * kv::disk::entry_bytes(1), region_bytes);
+  // The disk tier's layout puts its metadata (which grows with the volume)
+  // before the regions: grow the volume until the regions that follow it
+  // hold `data`. The checkpoint has room for an entry per page, as the study
+  // runner asks (kv/disk_format.h, volume_layout).
+  uint64_t capacity = data;
+  for (;;) {
+    const uint64_t need =
+        kv::disk::volume_layout(capacity, region_bytes, kv::disk::kPageBytes).data_offset + data;
+    if (capacity >= need) return capacity;
+    capacity = need;
+  }
+}
+
+std::function<Result<std::shared_ptr<blk::BlockDevice>>(uint64_t)> sparse_volume_factory() {
+  return [](uint64_t blocks) -> Result<std::shared_ptr<blk::BlockDevice>> {
+    return std::shared_ptr<blk::BlockDevice>(
+        std::make_shared<SparsePageDevice>(sparse_volume_bytes(blocks, bench::kStudyRegionBytes)));
+  };
 }
 
 void configure_simulation(const SimProfile& p, bench::StudyRunOptions* o) {
@@ -48,10 +51,7 @@ void configure_simulation(const SimProfile& p, bench::StudyRunOptions* o) {
   s.pd_transfer = bench::PdTransferMode::kModeled;
   // The deployment's replicas share one volume (or link): their reads queue.
   s.shared_disk = true;
-  s.make_volume = [](uint64_t blocks) -> Result<std::shared_ptr<blk::BlockDevice>> {
-    return std::shared_ptr<blk::BlockDevice>(
-        std::make_shared<SparsePageDevice>(sparse_volume_bytes(blocks, kRegionBytes)));
-  };
+  s.make_volume = sparse_volume_factory();
   o->measure_limits = false;
   o->parallel_runs = std::max(1u, std::thread::hardware_concurrency());
   o->disk_to_recompute = 0;

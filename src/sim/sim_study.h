@@ -34,4 +34,8 @@ void configure_simulation(const SimProfile& p, bench::StudyRunOptions* o);
 // checkpoint area.
 uint64_t sparse_volume_bytes(uint64_t blocks, uint64_t region_bytes);
 
+// StudyOptions::make_volume of a simulation: a SparsePageDevice of
+// sparse_volume_bytes() for the study runner's regions.
+std::function<Result<std::shared_ptr<blk::BlockDevice>>(uint64_t blocks)> sparse_volume_factory();
+
 }  // namespace kvtier::sim

@@ -20,7 +20,7 @@ namespace {
 using bench::CaseResult;
 using bench::StudyCase;
 
-constexpr uint64_t kRegionBytes = 16ull << 20;  // the study runner's
+constexpr uint64_t kRegionBytes = bench::kStudyRegionBytes;
 
 // A small deployment: RAM for 600 blocks, disk for 3,000, HBM for 100.
 bench::StudyRunOptions small_deployment(const SimProfile& p) {
@@ -116,6 +116,16 @@ TEST(SimStudy, VolumeHoldsTheDeploymentsBlocks) {
     const uint64_t entries = uint64_t{(*store)->local_stats().disk.region_count} * per_region;
     EXPECT_GE(entries, n);
     EXPECT_LE(entries, n + 2 * per_region);
+  }
+  // Larger volumes by the layout's arithmetic alone (a store of that size
+  // would need gigabytes of index): the metadata grows with the volume.
+  for (uint64_t n : {32'000'000ull, 500'000'000ull}) {
+    const uint64_t bytes = sparse_volume_bytes(n, kRegionBytes);
+    const auto layout = kv::disk::volume_layout(bytes, kRegionBytes, kv::disk::kPageBytes);
+    const uint64_t entries =
+        (bytes - layout.data_offset) / kRegionBytes * (kRegionBytes / kv::disk::entry_bytes(16));
+    EXPECT_GE(entries, n);
+    EXPECT_LE(entries, n + 2 * (kRegionBytes / kv::disk::entry_bytes(16)));
   }
 }
 

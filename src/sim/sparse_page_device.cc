@@ -8,8 +8,15 @@ namespace kvtier::sim {
 namespace {
 constexpr auto kRelaxed = std::memory_order_relaxed;
 
-// Bytes of `page` up to and including its last non-zero byte.
+// Bytes of `page` up to and including its last non-zero byte. Words first:
+// the pages of a simulated disk tier are zeros but for a header.
 size_t used_prefix(const std::byte* page, size_t n) {
+  while (n >= 8) {
+    uint64_t word;
+    std::memcpy(&word, page + n - 8, 8);
+    if (word != 0) break;
+    n -= 8;
+  }
   while (n > 0 && page[n - 1] == std::byte{0}) --n;
   return n;
 }
@@ -18,17 +25,8 @@ size_t used_prefix(const std::byte* page, size_t n) {
 SparsePageDevice::SparsePageDevice(uint64_t capacity)
     : FixedGeometryDevice(kPageBytes, 1, capacity / kPageBytes * kPageBytes) {}
 
-bool SparsePageDevice::refused(uint64_t offset, uint64_t length, const void* buf,
-                               blk::IoCallback& cb) {
-  Status st = check_io(offset, length, buf);
-  if (st.ok()) return false;
-  io_.errors.fetch_add(1, kRelaxed);
-  cb(std::move(st));
-  return true;
-}
-
 void SparsePageDevice::read(uint64_t offset, MutableByteView dst, blk::IoCallback cb) {
-  if (refused(offset, dst.size(), dst.data(), cb)) return;
+  if (refused(offset, dst.size(), dst.data(), cb, io_)) return;
   std::memset(dst.data(), 0, dst.size());
   {
     MutexLock lock(mu_);
@@ -44,7 +42,7 @@ void SparsePageDevice::read(uint64_t offset, MutableByteView dst, blk::IoCallbac
 }
 
 void SparsePageDevice::write(uint64_t offset, ByteView src, blk::IoCallback cb) {
-  if (refused(offset, src.size(), src.data(), cb)) return;
+  if (refused(offset, src.size(), src.data(), cb, io_)) return;
   {
     MutexLock lock(mu_);
     for (uint64_t at = 0; at < src.size(); at += kPageBytes) {
@@ -77,7 +75,7 @@ void SparsePageDevice::flush(blk::IoCallback cb) {
 }
 
 void SparsePageDevice::trim(uint64_t offset, uint64_t length, blk::IoCallback cb) {
-  if (refused(offset, length, nullptr, cb)) return;
+  if (refused(offset, length, nullptr, cb, io_)) return;
   {
     MutexLock lock(mu_);
     for (uint64_t page = offset / kPageBytes; page < (offset + length) / kPageBytes; ++page) {

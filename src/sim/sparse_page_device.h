@@ -42,8 +42,6 @@ class SparsePageDevice : public blk::FixedGeometryDevice {
   uint64_t bytes_held() const;
 
  private:
-  bool refused(uint64_t offset, uint64_t length, const void* buf, blk::IoCallback& cb);
-
   mutable Mutex mu_;
   // page number -> the page's bytes up to its last non-zero one
   std::unordered_map<uint64_t, std::vector<std::byte>> pages_ KVTIER_GUARDED_BY(mu_);

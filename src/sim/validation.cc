@@ -7,7 +7,6 @@
 
 #include "bench/study_metrics.h"
 #include "sim/sim_study.h"
-#include "sim/sparse_page_device.h"
 
 namespace kvtier::sim {
 
@@ -28,10 +27,7 @@ bench::StudyOptions simulated(const bench::StudyOptions& tb, const bench::CaseRe
   // The simulator charges the prefill-to-decode transfer at the profile's
   // link rate; only a testbed run that did the same is comparable.
   s.pd_transfer = bench::PdTransferMode::kModeled;
-  s.make_volume = [](uint64_t blocks) -> Result<std::shared_ptr<blk::BlockDevice>> {
-    return std::shared_ptr<blk::BlockDevice>(
-        std::make_shared<SparsePageDevice>(sparse_volume_bytes(blocks, 16ull << 20)));
-  };
+  s.make_volume = sparse_volume_factory();
   return s;
 }
 
@@ -64,12 +60,8 @@ bench::StudyOptions::ModeledStoreRates measured_store_rates(const bench::CaseRes
                                 r.store_load_wall_s - r.store_disk_load_wall_s);
   m.disk_load_bytes_per_s = rate(r.store_disk_load_bytes, r.store_disk_load_wall_s);
   m.save_bytes_per_s = rate(r.store_save_bytes, r.store_wall_s - r.store_load_wall_s);
-  const auto& spec = bench::case_spec(r.id);
-  if (spec.remote_volume) {
-    m.remote_load_bytes_per_s = m.disk_load_bytes_per_s;
-    m.remote_save_bytes_per_s = m.save_bytes_per_s;
-  }
-  if (spec.disk_tier && !spec.ram_tier) m.direct_load_bytes_per_s = m.disk_load_bytes_per_s;
+  // The remote and direct rates stay 0: the runner then charges case E's and
+  // F's disk loads at the disk rate, which is what this run measured for them.
   // A tier this case never used still needs a rate; it charges nothing.
   for (double* v : {&m.ram_load_bytes_per_s, &m.disk_load_bytes_per_s, &m.save_bytes_per_s}) {
     if (*v <= 0) *v = 1e12;

@@ -16,8 +16,8 @@ namespace kvtier::sim {
 
 // The store rates a testbed run measured, in stored bytes per wall second,
 // which are deployment bytes per charged second (both sides scale alike):
-// RAM-served loads, disk-served loads and saves; for case E its disk loads
-// and saves are its remote link's, for case F its direct reads.
+// RAM-served loads, disk-served loads and saves (for case E, over its link;
+// for F, its direct reads).
 bench::StudyOptions::ModeledStoreRates measured_store_rates(const bench::CaseResult& r);
 
 struct ValidationRow {

@@ -179,7 +179,7 @@ int run_daemon(BlockdArgs& a) {
   if (int rc = resolve_policy(a, &paths); rc != 0) return rc;
 
   // Signals go to a waiting thread, not to handlers.
-  const StopSignals stop_signals;
+  const StopSignals stop_signals(/*ignore_sigpipe=*/false);  // gRPC sends with MSG_NOSIGNAL
 
   auto daemon = blockd::BlockDaemon::open(a.config, std::move(*paths), a.health, a.raid);
   if (!daemon.ok()) {

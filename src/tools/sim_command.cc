@@ -15,12 +15,7 @@ namespace kvtier::tools {
 namespace {
 
 int print_profile(const std::string& name, const std::string& file) {
-  auto p = file.empty()
-               ? Result<sim::SimProfile>(Status::not_found("no built-in profile '" + name + "'"))
-               : sim::load_sim_profile(file);
-  if (file.empty()) {
-    if (auto builtin = sim::find_sim_profile(name)) p = *builtin;
-  }
+  auto p = sim::resolve_sim_profile(name, file);
   if (!p.ok()) {
     std::fprintf(stderr, "kvtier sim profile: %s\n", p.status().to_string().c_str());
     return 2;

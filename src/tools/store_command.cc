@@ -42,7 +42,7 @@ int run_serve(const std::string& config_path) {
   }
   // Before the server's threads start, so a stop is always the graceful one:
   // connections closed, store checkpointed.
-  const StopSignals stop_signals;
+  const StopSignals stop_signals(/*ignore_sigpipe=*/true);
 
   auto server = net::StoreServer::start(*cfg);
   if (!server.ok()) {

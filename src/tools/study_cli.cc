@@ -198,17 +198,9 @@ int run_validation(const StudyCli& cli, const bench::Workload& w) {
 std::optional<engine::EngineProfile> choose_profile(const StudyCli& cli,
                                                     std::optional<sim::SimProfile>* sim_profile) {
   if (cli.simulate) {
-    auto sp = cli.sim_profile_file.empty()
-                  ? Result<sim::SimProfile>(Status::not_found("no such built-in sim profile"))
-                  : sim::load_sim_profile(cli.sim_profile_file);
-    if (cli.sim_profile_file.empty()) {
-      if (auto builtin = sim::find_sim_profile(cli.sim_profile)) sp = *builtin;
-    }
+    auto sp = sim::resolve_sim_profile(cli.sim_profile, cli.sim_profile_file);
     if (!sp.ok()) {
-      std::fprintf(stderr, "%s: %s (built-in:", cli.command.c_str(),
-                   sp.status().to_string().c_str());
-      for (const auto& p : sim::builtin_sim_profiles()) std::fprintf(stderr, " %s", p.name.c_str());
-      std::fprintf(stderr, ")\n");
+      std::fprintf(stderr, "%s: %s\n", cli.command.c_str(), sp.status().to_string().c_str());
       return std::nullopt;
     }
     *sim_profile = *sp;
@@ -232,14 +224,10 @@ int run_study_cli(StudyCli cli) {
   std::optional<sim::SimProfile> sim_profile;
   auto profile = choose_profile(cli, &sim_profile);
   if (!profile) return 2;
+  // The simulator's settings first: the command line's options then apply to
+  // them as to the testbed's.
+  if (sim_profile) sim::configure_simulation(*sim_profile, &cli.run);
   if (!resolve_study_options(cli, &*profile)) return 2;
-  if (sim_profile) {
-    sim::configure_simulation(*sim_profile, &cli.run);
-    if (cli.prefill_tokens_per_s > 0) {
-      cli.run.study.profile.prefill_tokens_per_s = cli.prefill_tokens_per_s;
-    }
-    *profile = cli.run.study.profile;
-  }
   if (cli.shared_disk) cli.run.study.shared_disk = *cli.shared_disk;
   auto& o = cli.run;
   std::fprintf(stderr, "%s: preparing the workload...\n", cli.command.c_str());

@@ -15,16 +15,8 @@ MemDevice::MemDevice(uint64_t capacity, uint32_t block_size, uint32_t buffer_ali
       // Zeroed so that reads of never-written blocks are deterministic.
       storage_(capacity_, kDirectIoAlignment, /*zero=*/true) {}
 
-bool MemDevice::refused(uint64_t offset, uint64_t length, const void* buf, IoCallback& cb) {
-  Status st = check_io(offset, length, buf);
-  if (st.ok()) return false;
-  io_.errors.fetch_add(1, kRelaxed);
-  cb(std::move(st));
-  return true;
-}
-
 void MemDevice::read(uint64_t offset, MutableByteView dst, IoCallback cb) {
-  if (refused(offset, dst.size(), dst.data(), cb)) return;
+  if (refused(offset, dst.size(), dst.data(), cb, io_)) return;
   std::memcpy(dst.data(), storage_.data() + offset, dst.size());
   io_.reads.fetch_add(1, kRelaxed);
   io_.bytes_read.fetch_add(dst.size(), kRelaxed);
@@ -32,7 +24,7 @@ void MemDevice::read(uint64_t offset, MutableByteView dst, IoCallback cb) {
 }
 
 void MemDevice::write(uint64_t offset, ByteView src, IoCallback cb) {
-  if (refused(offset, src.size(), src.data(), cb)) return;
+  if (refused(offset, src.size(), src.data(), cb, io_)) return;
   std::memcpy(storage_.data() + offset, src.data(), src.size());
   io_.writes.fetch_add(1, kRelaxed);
   io_.bytes_written.fetch_add(src.size(), kRelaxed);
@@ -45,7 +37,7 @@ void MemDevice::flush(IoCallback cb) {
 }
 
 void MemDevice::trim(uint64_t offset, uint64_t length, IoCallback cb) {
-  if (refused(offset, length, nullptr, cb)) return;
+  if (refused(offset, length, nullptr, cb, io_)) return;
   std::memset(storage_.data() + offset, 0, length);
   io_.trims.fetch_add(1, kRelaxed);
   cb(Status::ok_status());

@@ -36,9 +36,6 @@ class MemDevice : public FixedGeometryDevice {
   MutableByteView raw() { return storage_.subview(0, capacity_); }
 
  private:
-  // A request check_io() refuses: counted as an error and failed through `cb`.
-  bool refused(uint64_t offset, uint64_t length, const void* buf, IoCallback& cb);
-
   AlignedBuffer storage_;
 
   DeviceCounters io_;  // what stats() reports

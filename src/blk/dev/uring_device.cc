@@ -207,20 +207,14 @@ const char* UringDevice::op_name(Op op) {
   return enum_name<Op::kReadv>(op, kNames, "?");
 }
 
-void UringDevice::fail_inline(IoCallback& cb, Status st) {
-  io_.errors.fetch_add(1, kRelaxed);
-  cb(std::move(st));
-}
-
 void UringDevice::read(uint64_t offset, MutableByteView dst, IoCallback cb) {
   Status st = check_io(offset, dst.size(), dst.data());
-  if (!st.ok()) return fail_inline(cb, std::move(st));
+  if (!st.ok()) return io_.fail(cb, std::move(st));
   enqueue(Request{Op::kRead, dst.data(), offset, dst.size(), std::move(cb)});
 }
 
 void UringDevice::readv(uint64_t offset, std::span<const MutableByteView> parts, IoCallback cb) {
-  if (parts.empty())
-    return fail_inline(cb, Status::invalid_argument(name() + ": readv of nothing"));
+  if (parts.empty()) return io_.fail(cb, Status::invalid_argument(name() + ": readv of nothing"));
   uint64_t total = 0;
   for (const auto& p : parts) total += p.size();
   if (parts.size() > kMaxIov || total > kMaxChunk) {
@@ -230,7 +224,7 @@ void UringDevice::readv(uint64_t offset, std::span<const MutableByteView> parts,
   uint64_t pos = offset;
   for (const auto& p : parts) {
     Status st = check_io(pos, p.size(), p.data());
-    if (!st.ok()) return fail_inline(r.cb, std::move(st));
+    if (!st.ok()) return io_.fail(r.cb, std::move(st));
     r.iov[r.iov_count++] = iovec{p.data(), p.size()};
     pos += p.size();
   }
@@ -239,7 +233,7 @@ void UringDevice::readv(uint64_t offset, std::span<const MutableByteView> parts,
 
 void UringDevice::write(uint64_t offset, ByteView src, IoCallback cb) {
   Status st = check_io(offset, src.size(), src.data());
-  if (!st.ok()) return fail_inline(cb, std::move(st));
+  if (!st.ok()) return io_.fail(cb, std::move(st));
   // The kernel only reads from the buffer; the cast lets one Request type
   // carry both directions.
   enqueue(
@@ -252,16 +246,15 @@ void UringDevice::flush(IoCallback cb) {
 
 void UringDevice::trim(uint64_t offset, uint64_t length, IoCallback cb) {
   Status st = check_io(offset, length, nullptr);
-  if (!st.ok()) return fail_inline(cb, std::move(st));
+  if (!st.ok()) return io_.fail(cb, std::move(st));
   if (!is_block_device_) {
     enqueue(Request{Op::kPunchHole, nullptr, offset, length, std::move(cb)});
     return;
   }
   uint64_t range[2] = {offset, length};
   if (::ioctl(fd_, BLKDISCARD, range) != 0) {
-    return fail_inline(
-        cb, Status::io_error(fmt::format("{}: BLKDISCARD [{}, +{}) failed: {}", name(), offset,
-                                         length, errno_text(errno))));
+    return io_.fail(cb, Status::io_error(fmt::format("{}: BLKDISCARD [{}, +{}) failed: {}", name(),
+                                                     offset, length, errno_text(errno))));
   }
   io_.trims.fetch_add(1, kRelaxed);
   cb(Status::ok_status());

@@ -163,7 +163,6 @@ class UringDevice : public FixedGeometryDevice {
 
   void completion_loop();
   void callback_done(size_t n);
-  void fail_inline(IoCallback& cb, Status st);
   static const char* op_name(Op op);
 
   std::string path_;

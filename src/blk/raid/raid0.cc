@@ -99,11 +99,6 @@ Raid0::Location Raid0::locate(uint64_t offset) const {
   return Location{static_cast<size_t>(stripe % n), (stripe / n) * strip_ + offset % strip_};
 }
 
-void Raid0::fail_inline(IoCallback& cb, Status st) {
-  io_.errors.fetch_add(1, kRelaxed);
-  cb(std::move(st));
-}
-
 Raid0::Parent* Raid0::new_parent(Op op, uint64_t bytes, IoCallback cb) {
   outstanding_.fetch_add(1, kRelaxed);
   auto* p = new Parent();
@@ -157,13 +152,13 @@ void Raid0::finish(Op op, uint64_t bytes, bool ok) {
 
 void Raid0::read(uint64_t offset, MutableByteView dst, IoCallback cb) {
   Status st = check_io(offset, dst.size(), dst.data());
-  if (!st.ok()) return fail_inline(cb, std::move(st));
+  if (!st.ok()) return io_.fail(cb, std::move(st));
   submit_rw(Op::kRead, offset, dst.data(), dst.size(), std::move(cb));
 }
 
 void Raid0::write(uint64_t offset, ByteView src, IoCallback cb) {
   Status st = check_io(offset, src.size(), src.data());
-  if (!st.ok()) return fail_inline(cb, std::move(st));
+  if (!st.ok()) return io_.fail(cb, std::move(st));
   // Members only read from the buffer; one code path serves both directions.
   submit_rw(Op::kWrite, offset, const_cast<std::byte*>(src.data()), src.size(), std::move(cb));
 }
@@ -200,7 +195,7 @@ void Raid0::flush(IoCallback cb) {
 
 void Raid0::trim(uint64_t offset, uint64_t length, IoCallback cb) {
   Status st = check_io(offset, length, nullptr);
-  if (!st.ok()) return fail_inline(cb, std::move(st));
+  if (!st.ok()) return io_.fail(cb, std::move(st));
   // Each member's share of a contiguous logical range is itself contiguous: a
   // tail of one strip, whole strips, then a head of a strip.
   const uint64_t n = members_.size();

@@ -82,7 +82,6 @@ class Raid0 : public FixedGeometryDevice {
   Parent* new_parent(Op op, uint64_t bytes, IoCallback cb);
   static void piece_done(Parent* p, Status st);
   void finish(Op op, uint64_t bytes, bool ok);
-  void fail_inline(IoCallback& cb, Status st);
   void release_parent();
 
   const std::vector<std::shared_ptr<BlockDevice>> members_;

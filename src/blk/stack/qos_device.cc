@@ -156,8 +156,9 @@ void QosDevice::dispatcher_loop() {
   }
 }
 
+template <typename Submit>
 void QosDevice::admit_checked(bool is_write, uint64_t offset, size_t bytes, const void* buf,
-                              IoCallback cb, std::function<void(IoCallback)> submit) {
+                              IoCallback cb, Submit submit) {
   if (Status st = check_io(offset, bytes, buf); !st.ok()) return cb(std::move(st));
   // Shared: exactly one of the two runs, the submit or the refusal.
   auto shared_cb = std::make_shared<IoCallback>(std::move(cb));

@@ -93,8 +93,11 @@ class QosDevice : public StackedDevice {
   void admit_or_queue(bool is_write, uint64_t bytes, std::function<void()> submit, IoCallback cb);
   // A read or write: checked, then admitted or queued; `submit` passes the
   // request to the inner device with the callback it is given.
+  // (A template, so that the submit travels inside admit_or_queue's one
+  // function object instead of in a second one per request.)
+  template <typename Submit>
   void admit_checked(bool is_write, uint64_t offset, size_t bytes, const void* buf, IoCallback cb,
-                     std::function<void(IoCallback)> submit);
+                     Submit submit);
   void dispatcher_loop();
 
   mutable Mutex mu_;

@@ -68,7 +68,7 @@ class Writer {
     put(raw, Bytes);
   }
   void str(const std::string& s, uint32_t max, const char* field) {
-    if (!length_fits(s.size(), max, ProtocolError::kStringTooLong, field, "bytes")) return;
+    if (!length_fits(s.size(), max, ProtocolError::kStringTooLong, field, "of", "bytes")) return;
     put(s.size(), 2);
     const auto* p = reinterpret_cast<const std::byte*>(s.data());
     out_.insert(out_.end(), p, p + s.size());
@@ -76,7 +76,7 @@ class Writer {
   template <typename T, typename Fn>
   void items(const std::vector<T>& v, uint32_t max, size_t min_item_bytes, const char* field,
              Fn&& fn) {
-    if (!length_fits(v.size(), max, ProtocolError::kCountTooLarge, field, "items")) return;
+    if (!length_fits(v.size(), max, ProtocolError::kCountTooLarge, field, "with", "items")) return;
     put(v.size(), 4);
     // One allocation for the whole list rather than one growth per field.
     out_.reserve(out_.size() + v.size() * min_item_bytes);
@@ -88,7 +88,7 @@ class Writer {
   // A list of keys, written in one pass over one resize: a match_prefix of
   // thousands of keys must not pay a vector growth and a call per field.
   void keys(const std::vector<kv::Key128>& v, uint32_t max, const char* field) {
-    if (!length_fits(v.size(), max, ProtocolError::kCountTooLarge, field, "items")) return;
+    if (!length_fits(v.size(), max, ProtocolError::kCountTooLarge, field, "with", "items")) return;
     put(v.size(), 4);
     size_t at = out_.size();
     out_.resize(at + v.size() * 16);
@@ -108,13 +108,14 @@ class Writer {
     if (st_.ok()) st_ = std::move(st);
   }
   // False (and the encode failed) after an earlier failure or when a string or
-  // list of `size` `unit` is over its field's limit.
+  // list of `size` `unit` is over its field's limit ("cannot encode keys with
+  // 9000 items: limit 8192").
   bool length_fits(size_t size, uint32_t max, ProtocolError error, const char* field,
-                   const char* unit) {
+                   const char* preposition, const char* unit) {
     if (!st_.ok()) return false;
     if (size <= max) return true;
-    fail(perr(error, std::string("cannot encode ") + field + " of " + std::to_string(size) + " " +
-                         unit + ": limit " + std::to_string(max)));
+    fail(perr(error, std::string("cannot encode ") + field + " " + preposition + " " +
+                         std::to_string(size) + " " + unit + ": limit " + std::to_string(max)));
     return false;
   }
   bool ok() const { return st_.ok(); }
