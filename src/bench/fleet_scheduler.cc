@@ -26,7 +26,9 @@ class FleetScheduler final : public SchedulerBase {
     std::vector<Issue> out;
     const auto& turns = w_.sessions[done.session].turns;
     if (done.turn + 1 < turns.size()) {
-      issue(out, turns[done.turn + 1], now_s + o_.pause_s);
+      const bool new_round = o_.rounds == 0 || round_of(done.turn + 1, turns.size()) !=
+                                                   round_of(done.turn, turns.size());
+      issue(out, turns[done.turn + 1], now_s + (new_round ? o_.pause_s : 0.0));
       return out;
     }
     --running_;
@@ -43,6 +45,9 @@ class FleetScheduler final : public SchedulerBase {
   }
 
  private:
+  // The round of turn `t` of a session of `n` turns, rounds as even as can be.
+  uint64_t round_of(uint64_t t, uint64_t n) const { return t * o_.rounds / n; }
+
   const FleetOptions o_;
   uint32_t running_ = 0;  // sessions started and not finished
 };

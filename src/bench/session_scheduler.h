@@ -50,11 +50,13 @@ class SessionScheduler {
 // (ties: lower session index) is issued at once.
 //
 // Fleet: a session's next turn is issued pause_s after its previous turn
-// completes. Batch: sessions run in groups of concurrent_sessions in workload
-// order; a group's turns 0 all start together when the previous group has
-// completely finished. Steady state: the first concurrent_sessions sessions
-// start at start + i * stagger_s / N, and a finished session is replaced at
-// once by the next one.
+// completes; with rounds > 0, its turns are cut into that many rounds of
+// consecutive turns (as even as the turn count allows), a turn within a
+// round follows the previous one at once, and only a round's first turn
+// waits pause_s (the fleet study's test gate between rounds). Batch: sessions run in groups of
+// concurrent_sessions in workload order; a group's turns 0 all start together when the previous
+// group has completely finished. Steady state: the first concurrent_sessions sessions start at
+// start + i * stagger_s / N, and a finished session is replaced at once by the next one.
 struct ShortReuseOptions {
   uint32_t active_sessions = 16;
   double first_group_stagger_s = 30;  // the first group's starts spread over this
@@ -74,7 +76,8 @@ struct LongReuseOptions {
 struct FleetOptions {
   uint32_t concurrent_sessions = 64;
   bool steady_state = false;  // false: batch (all start at once)
-  double pause_s = 0;         // optional pause between turns
+  double pause_s = 0;         // optional pause between turns (or rounds)
+  uint32_t rounds = 0;        // 0: pause before every turn; else rounds per session
   uint64_t seed = 1;
   double stagger_s = 30;  // steady state: the first sessions' starts spread over this
 };

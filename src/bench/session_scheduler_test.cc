@@ -228,6 +228,23 @@ TEST(Fleet, SteadyStateReplacesAtOnce) {
   EXPECT_DOUBLE_EQ((runs[{0, 1}].issue_s), 12);
 }
 
+// Six turns in three rounds: turns 0-1, 2-3, 4-5; only a round's first
+// turn waits for the pause (each turn takes 2 s).
+TEST(Fleet, RoundsPauseOnlyBetweenRounds) {
+  const Workload w = workload({{0, 0, 0, 0, 0, 0}});
+  FleetOptions o;
+  o.concurrent_sessions = 1;
+  o.pause_s = 300;
+  o.rounds = 3;
+  auto sched = make_fleet(w, o);
+  auto runs = drive(*sched, two_s, 16);
+  EXPECT_DOUBLE_EQ((runs[{0, 1}].issue_s), 2);
+  EXPECT_DOUBLE_EQ((runs[{0, 2}].issue_s), 304);
+  EXPECT_DOUBLE_EQ((runs[{0, 3}].issue_s), 306);
+  EXPECT_DOUBLE_EQ((runs[{0, 4}].issue_s), 608);
+  EXPECT_DOUBLE_EQ((runs[{0, 5}].issue_s), 610);
+}
+
 TEST(Schedulers, EmptySessionsAndEmptyWorkloads) {
   const Workload w = workload({{}, {0, 1}, {}});
   auto a = make_short_reuse(w, ShortReuseOptions{});

@@ -53,6 +53,21 @@ enum class LoadPolicy : uint8_t {
 };
 const char* load_policy_name(LoadPolicy p);
 
+// The study's fleet testbed (its Part II), which `--protocol fleet` and the
+// simulator's fleet study run unless told otherwise: two H100 endpoints,
+// one per role, each seeing every session (here one prefill and one decode
+// replica), a 32 GB RAM tier, vLLM at a 65,536-token context limit, steady
+// state, adev sessions of up to three rounds with the 300 s test gate
+// between rounds, and Mooncake's connector loading the whole matched prefix.
+struct FleetTestbed {
+  static constexpr uint32_t kPrefillReplicas = 1, kDecodeReplicas = 1;
+  static constexpr uint64_t kRamBytes = 32'000'000'000ull;
+  static constexpr uint64_t kMaxContextTokens = 65536;
+  static constexpr double kPauseS = 300;
+  static constexpr uint32_t kRounds = 3;
+  static constexpr double kMooncakeLeaseS = 300;  // the lease row
+};
+
 // The region size of a study run's disk tier (testbed and simulator).
 inline constexpr uint64_t kStudyRegionBytes = 16ull << 20;
 
@@ -103,6 +118,19 @@ struct StudyOptions {
   // virtual time. Off, each replica's reads take their own charged time
   // whatever the others do (the testbed measures each call alone).
   bool shared_disk = false;
+  // Mooncake Store's lease semantics instead of kvtier's (kv::StoreOptions::
+  // time_lease_ms), in virtual seconds: puts and reads lease a RAM block this
+  // long, and a RAM tier whose blocks are all leased refuses writes. 0:
+  // kvtier's policy (one-transfer read leases, demotion instead of refusal).
+  double time_lease_s = 0;
+  // The store promotes disk hits on a background thread
+  // (kv::StoreOptions::promote_in_background). The simulator turns it off,
+  // so that no decision of a run depends on thread timing.
+  bool background_promotion = true;
+  // When > 0: CaseResult::store_load_bytes_by_window counts the bytes the
+  // store served in each window of this many virtual seconds (the fleet
+  // study's per-window volumes).
+  double window_s = 0;
   LoadPolicy load_policy = LoadPolicy::kRace;
   PdTransferMode pd_transfer = PdTransferMode::kLoopback;
   // Each prefill replica runs its store calls and PD sends on its own

@@ -19,8 +19,8 @@ double union_length(std::vector<std::pair<double, double>> intervals);
 double throughput_rps(uint64_t completed, double first_start, double last_end);
 
 // The fleet study's gross endpoint busy-time saved: prefill seconds avoided
-// (KV-served tokens / prefill rate) over the union of the intervals in which a
-// replica had a request outstanding.
+// (tokens the external store served / prefill rate) over the union of the
+// intervals in which a replica had a request outstanding.
 double gross_busy_time_saved(double kv_served_tokens, double prefill_tokens_per_s,
                              double busy_union_s);
 

@@ -137,6 +137,13 @@ nlohmann::json case_json(const CaseResult& r, const CaseResult* recompute, const
   j["store_blocks_from_disk"] = r.store_blocks_from_disk;
   j["verify_failures"] = r.verify_failures;
   j["write_refusals"] = r.write_refusals;
+  j["offered_write_blocks"] = r.offered_write_blocks;
+  if (!r.store_load_bytes_by_window.empty()) {
+    nlohmann::json windows = nlohmann::json::array();
+    for (uint64_t b : r.store_load_bytes_by_window)
+      windows.push_back(static_cast<double>(b) * scale);
+    j["store_load_bytes_by_window"] = windows;
+  }
   // Deployment-equivalent bytes (stored bytes x byte scale).
   j["device_reads"] = r.device_reads;
   j["device_read_bytes"] = static_cast<double>(r.device_read_bytes) * scale;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <deque>
@@ -192,6 +193,9 @@ class Run {
   // the store reaches it through kvtier's NVMe/TCP host.
   std::unique_ptr<nvmf::NvmfTarget> target_;
   std::unique_ptr<kv::Store> store_;
+  // The event loop's virtual time, the clock of the store's time leases
+  // (read on replica threads).
+  std::atomic<uint64_t> virtual_now_ns_{0};
   uint16_t ns_ = 0;
   kv::Key128 ns_digest_;
   uint32_t block_bytes_ = 0;
@@ -295,6 +299,11 @@ Status Run::setup_store(const kv::Namespace& ns) {
       }
       so.volume = *remote;
     }
+  }
+  so.promote_in_background = o_.background_promotion;
+  if (o_.time_lease_s > 0) {
+    so.time_lease_ms = static_cast<uint64_t>(o_.time_lease_s * 1000);
+    so.lease_clock_ns = [this] { return virtual_now_ns_.load(std::memory_order_relaxed); };
   }
   auto st = kv::Store::open(so);
   if (!st.ok()) return st.status();
@@ -409,6 +418,7 @@ Status Run::finish_save(PrefillReplica& p, double scale) {
   p.save.reset();
   if (!save.ok()) return save.status();
   res_.write_refusals += save->refused;
+  res_.offered_write_blocks += save->stored + save->deduplicated + save->refused;
   res_.store_save_bytes += save->bytes;
   res_.store_wall_s += save->wall_s;
   const double save_s =
@@ -504,6 +514,13 @@ Result<PrefixLoad> Run::load_from_store(PrefillReplica& p, std::span<const kv::K
   p.load_rates.observe(kv::Tier::kDisk, load->from_disk, disk_s * scale);
   res_.verify_failures += load->verify_failures;
   res_.store_load_bytes += load->bytes;
+  if (o_.window_s > 0) {
+    const double now_s = static_cast<double>(virtual_now_ns_.load(std::memory_order_relaxed)) / 1e9;
+    const auto window = static_cast<size_t>(now_s / o_.window_s);
+    auto& by_window = res_.store_load_bytes_by_window;
+    if (by_window.size() <= window) by_window.resize(window + 1, 0);
+    by_window[window] += load->bytes;
+  }
   res_.store_disk_load_bytes += load->disk_bytes;
   res_.store_disk_load_wall_s += load->disk_wall_s;
   if (load->loaded > 0) {
@@ -538,6 +555,9 @@ void Run::count_served_blocks(const TraceRequest& r, std::span<const kv::Key128>
   const uint64_t cached_tokens =
       std::min<uint64_t>(static_cast<uint64_t>(load.cached) * w_.block_tokens, r.prompt_tokens);
   res_.kv_served_tokens += o_.profile.real_tokens(cached_tokens);
+  const uint64_t hbm_tokens =
+      std::min<uint64_t>(static_cast<uint64_t>(hbm) * w_.block_tokens, cached_tokens);
+  res_.store_served_tokens += o_.profile.real_tokens(cached_tokens - hbm_tokens);
   res_.store_wall_s += load.load_wall_s;
   res_.store_load_wall_s += load.load_wall_s;
 }
@@ -652,6 +672,7 @@ Result<CaseResult> Run::run() {
   while (!events_.empty()) {
     const Event ev = events_.top();
     events_.pop();
+    virtual_now_ns_.store(static_cast<uint64_t>(ev.t * 1e9), std::memory_order_relaxed);
     switch (ev.kind) {
       case EvKind::kArrive: {
         const TraceRequest* req = pending_[ev.idx].request;
@@ -704,7 +725,7 @@ Result<CaseResult> Run::run() {
   res_.throughput_rps = throughput_rps(res_.completed, res_.first_start_s, res_.last_end_s);
   for (const auto& b : busy_) res_.busy_union_s += union_length(b);
   res_.gross_busy_saved_ratio = gross_busy_time_saved(
-      res_.kv_served_tokens, o_.profile.prefill_tokens_per_s, res_.busy_union_s);
+      res_.store_served_tokens, o_.profile.prefill_tokens_per_s, res_.busy_union_s);
   const auto& rs = router_->stats();
   res_.later_turns = rs.later_turns;
   res_.stayed_turns = rs.stayed;

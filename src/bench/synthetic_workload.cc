@@ -168,10 +168,22 @@ Workload make_synthetic_agentic_workload(const SyntheticWorkloadOptions& o) {
       out = std::clamp(std::round(rng.lognormal(kOutputMedianTokens, kOutputSigma)), 1.0,
                        kOutputCapTokens);
     }
-    const auto lengths = draw_prompt_lengths(calls[s], o.shared_preamble_tokens, outputs, rng);
+    auto lengths = draw_prompt_lengths(calls[s], o.shared_preamble_tokens, outputs, rng);
+    // A context limit ends the session at the first call that would pass it
+    // (an engine refuses such a prompt); a first call is cut to fit.
+    uint32_t n_calls = calls[s];
+    for (uint32_t t = 0; o.max_context_tokens > 0 && t < calls[s]; ++t) {
+      if (lengths[t] + outputs[t] <= static_cast<double>(o.max_context_tokens)) continue;
+      if (t == 0) {
+        outputs[0] = std::min<double>(outputs[0], o.max_context_tokens / 2.0);
+        lengths[0] = static_cast<double>(o.max_context_tokens) - outputs[0];
+      }
+      n_calls = std::max<uint32_t>(t, 1);
+      break;
+    }
     auto& turns = w.sessions[s].turns;
-    turns.resize(calls[s]);
-    for (uint32_t t = 0; t < calls[s]; ++t) {
+    turns.resize(n_calls);
+    for (uint32_t t = 0; t < n_calls; ++t) {
       auto& r = turns[t];
       r.prompt_tokens = scaled(lengths[t], o.length_scale);
       r.output_tokens = scaled(outputs[t], o.length_scale);

@@ -24,6 +24,10 @@ struct SyntheticWorkloadOptions {
   // the public corpus the study drew from: 93.8% share an 11,520-token prefix.
   double shared_preamble_fraction = 0.938;
   uint32_t shared_preamble_tokens = 11520;
+  // The engine's context limit in real tokens (0: none): a session ends at
+  // its first call whose prompt and output would pass it. The fleet study's
+  // vLLM servers ran at 65,536.
+  uint64_t max_context_tokens = 0;
 };
 
 // The start-to-start interval distribution: a log-normal with median e^mu

@@ -69,7 +69,9 @@ TEST(Index, MatchesReferenceModelUnderRandomOps) {
       default: {
         auto f = idx.find(test_key(i));
         ASSERT_EQ(f.has_value(), model.count(i) == 1) << "step " << step;
-        if (f) ASSERT_EQ(f->length, model[i].length);
+        if (f) {
+          ASSERT_EQ(f->length, model[i].length);
+        }
       }
     }
   }

@@ -9,6 +9,7 @@ namespace {
 constexpr uint32_t word(uint32_t state, uint32_t leases) { return state << 24 | leases; }
 constexpr auto kAcqRel = std::memory_order_acq_rel;
 constexpr auto kAcquire = std::memory_order_acquire;
+constexpr auto kRelease = std::memory_order_release;
 constexpr auto kRelaxed = std::memory_order_relaxed;
 }  // namespace
 
@@ -59,6 +60,7 @@ void RamTier::publish(uint32_t slot, const Key128& key, uint16_t ns, uint32_t le
   m.pin_until_ns.store(0, kRelaxed);
   m.referenced.store(1, kRelaxed);
   m.state.store(word(kReady, hold_lease ? 1 : 0), std::memory_order_release);
+  parts_[m.part]->all_pinned_until_ns.store(0, kRelease);
 }
 
 bool RamTier::try_lease(uint32_t slot, const Key128& key, uint16_t ns) {
@@ -98,16 +100,28 @@ bool RamTier::try_claim(uint32_t slot) {
 std::optional<uint32_t> RamTier::claim_victim(uint64_t now_ns, size_t part) {
   Partition& p = *parts_[part];
   if (p.count == 0) return std::nullopt;
+  if (now_ns < p.all_pinned_until_ns.load(kAcquire)) return std::nullopt;
   std::lock_guard lock(p.clock_mu);
+  uint64_t earliest_pin_end = UINT64_MAX;
+  bool only_pins = true;  // every slot passed over was pinned
   for (uint64_t step = 0; step < 2ull * p.count; ++step) {
     uint32_t s = p.first + p.hand;
     p.hand = p.hand + 1 == p.count ? 0 : p.hand + 1;
     Meta& m = meta_[s];
-    if (m.state.load(kRelaxed) != word(kReady, 0)) continue;
-    if (m.pin_until_ns.load(kRelaxed) > now_ns) continue;
+    if (m.state.load(kRelaxed) != word(kReady, 0)) {
+      only_pins = false;
+      continue;
+    }
+    const uint64_t pin_end = m.pin_until_ns.load(kRelaxed);
+    if (pin_end > now_ns) {
+      earliest_pin_end = std::min(earliest_pin_end, pin_end);
+      continue;
+    }
+    only_pins = false;
     if (m.referenced.exchange(0, kRelaxed)) continue;  // second chance
     if (try_claim(s)) return s;
   }
+  if (only_pins) p.all_pinned_until_ns.store(earliest_pin_end, kRelease);
   return std::nullopt;
 }
 
@@ -117,6 +131,7 @@ void RamTier::release_slot(uint32_t slot) {
   m.state.store(word(kFree, 0), std::memory_order_release);
   used_.fetch_sub(1, kRelaxed);
   Partition& p = *parts_[m.part];
+  p.all_pinned_until_ns.store(0, kRelease);
   std::lock_guard lock(p.free_mu);
   p.free.push_back(slot);
 }
@@ -144,6 +159,13 @@ void RamTier::pin(uint32_t slot, uint64_t until_ns) {
   }
 }
 
-void RamTier::unpin(uint32_t slot) { meta_[slot].pin_until_ns.store(0, kRelaxed); }
+void RamTier::unpin(uint32_t slot) {
+  // Under the sweep's lock: a sweep that saw this pin cannot store its hint
+  // after the hint is cleared here.
+  Partition& p = *parts_[meta_[slot].part];
+  std::lock_guard lock(p.clock_mu);
+  meta_[slot].pin_until_ns.store(0, kRelaxed);
+  p.all_pinned_until_ns.store(0, kRelease);
+}
 
 }  // namespace kvtier::kv

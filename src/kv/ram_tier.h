@@ -136,6 +136,12 @@ class RamTier {
     std::vector<uint32_t> free;  // guarded by free_mu
     std::mutex clock_mu;
     uint32_t hand = 0;  // an offset within the partition, guarded by clock_mu
+    // A full sweep that found every slot pinned records the earliest pin
+    // end here; until then claim_victim() answers at once instead of
+    // sweeping again (a RAM tier of time-leased blocks refuses each put in
+    // O(1)). Pins only grow, so it stays a lower bound; publish(), unpin()
+    // and release_slot() clear it.
+    std::atomic<uint64_t> all_pinned_until_ns{0};
   };
 
   uint32_t slot_bytes_;

@@ -190,7 +190,7 @@ std::optional<uint32_t> Store::obtain_slot(uint16_t ns) {
   const uint16_t arena = ns_arena_[ns].load(std::memory_order_acquire);
   if (ram_->partition_slots(arena) == 0) return std::nullopt;
   if (auto s = ram_->allocate(arena)) return s;
-  auto victim = ram_->claim_victim(now_ns(), arena);
+  auto victim = ram_->claim_victim(lease_now_ns(), arena);
   if (!victim) return std::nullopt;  // every block is leased or pinned
   evict_slot(*victim);
   ram_->recycle(*victim);
@@ -287,6 +287,10 @@ Result<PutResult> Store::put(uint16_t ns, const Key128& key, ByteView data) {
                                                         : PutResult::Outcome::kRefused;
       if (ins == Index::InsertResult::kFull) res.refuse = RefuseReason::kIndexFull;
     }
+  } else if (opts_.time_lease_ms > 0 && ram_->partition_slots(ns_arena_[ns].load()) > 0) {
+    // Mooncake's rule: a RAM tier whose blocks are all leased refuses.
+    res.outcome = PutResult::Outcome::kRefused;
+    res.refuse = RefuseReason::kNoSpace;
   } else {
     res = put_to_disk(ns, key, data, crc);
   }
@@ -370,6 +374,12 @@ Result<MatchResult> Store::match_prefix(uint16_t ns, std::span<const Key128> key
     Tier t = recs[i].in_ram() ? Tier::kRam : Tier::kDisk;
     (t == Tier::kRam ? m.ram_blocks : m.disk_blocks)++;
     m.tiers.push_back(t);
+    // Mooncake's ExistKey leases what it finds.
+    if (opts_.time_lease_ms > 0 && t == Tier::kRam &&
+        ram_->try_lease(recs[i].ram_slot, recs[i].key, ns)) {
+      grant_time_lease(recs[i].ram_slot);
+      ram_->release(recs[i].ram_slot);
+    }
   }
   m.blocks = m.tiers.size();
   m_->match_latency.record(now_ns() - t0);
@@ -408,7 +418,7 @@ Result<size_t> Store::pin(uint16_t ns, std::span<const Key128> keys, uint64_t tt
   await_promotions(keys);
   constexpr uint64_t kMaxTtlMs = 365ull * 24 * 3600 * 1000;  // a year: no overflow below
   if (ttl_ms > kMaxTtlMs) return Status::invalid_argument("pin TTL longer than a year");
-  const uint64_t until = now_ns() + ttl_ms * 1000000ull;
+  const uint64_t until = lease_now_ns() + ttl_ms * 1000000ull;
   size_t n = 0;
   for (const Key128& key : keys) {
     auto rec = index_->find(key);

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -78,6 +79,17 @@ struct StoreOptions {
   // direct-to-disk put is refused with kAdmission.
   uint64_t disk_write_budget_bytes_per_sec = 0;
   uint64_t disk_write_burst_bytes = 256ull << 20;
+  // Mooncake Store's lease semantics, for comparison (docs/simulator.md, the
+  // fleet study): every lookup (match_prefix, Mooncake's ExistKey) and every
+  // read of a RAM block grants it a lease of this many milliseconds,
+  // eviction skips leased blocks, and a put that finds every RAM block
+  // leased is refused (kNoSpace) instead of going to the disk tier. 0 (default): kvtier's policy,
+  // read leases that last exactly one transfer, and demotion instead of refusal.
+  uint64_t time_lease_ms = 0;
+  // The clock of pins and time leases, in nanoseconds; empty: the steady
+  // clock. A simulation passes its virtual clock, so a 300 s lease lasts 300
+  // simulated seconds.
+  std::function<uint64_t()> lease_clock_ns;
 };
 
 // A read lease on a block's RAM copy (Store::lease_ram): its bytes stay at
@@ -173,6 +185,12 @@ class Store final : public KvStore {
   void evict_slot(uint32_t slot);
   // A RAM slot in namespace `ns`'s arena, evicting one of its blocks if needed.
   std::optional<uint32_t> obtain_slot(uint16_t ns);
+  // The clock pins and time leases are measured on (lease_clock_ns).
+  uint64_t lease_now_ns() const { return opts_.lease_clock_ns ? opts_.lease_clock_ns() : now_ns(); }
+  // Under time_lease_ms: extends `slot`'s lease to now + the lease time.
+  void grant_time_lease(uint32_t slot) {
+    if (opts_.time_lease_ms > 0) ram_->pin(slot, lease_now_ns() + opts_.time_lease_ms * 1000000ull);
+  }
   PutResult put_to_disk(uint16_t ns, const Key128& key, ByteView data, uint32_t crc);
   // Copies a disk hit into a RAM slot. `verify`: check `data` against
   // `expected_crc` after the copy (the caller's buffer, which it may reuse);

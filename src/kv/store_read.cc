@@ -107,6 +107,7 @@ std::optional<IndexRecord> Store::get_from_ram(uint16_t ns, const BatchGetItem& 
       if (ram_->try_lease(rec->ram_slot, item.key, ns)) {
         const uint32_t len = ram_->length(rec->ram_slot);
         copy_block(item.out.data(), ram_->data(rec->ram_slot), len);
+        grant_time_lease(rec->ram_slot);
         ram_->release(rec->ram_slot);
         res->hit = true;
         res->tier = Tier::kRam;
@@ -220,6 +221,7 @@ Result<std::optional<RamLease>> Store::lease_ram(uint16_t ns, const Key128& key)
     if (!rec || rec->ns != ns || !rec->in_ram()) return std::optional<RamLease>();
     if (ram_->try_lease(rec->ram_slot, key, ns)) {
       const uint32_t slot = rec->ram_slot;
+      grant_time_lease(slot);
       RamLease lease{slot,
                      ram_->slot_offset(slot),
                      ram_->length(slot),

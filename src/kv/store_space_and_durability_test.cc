@@ -4,6 +4,8 @@
 // in disk_write_path_test.cc.)
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include "blk/dev/mem_device.h"
 #include "blk/stack/faulty_device.h"
 #include "common/clock.h"
@@ -152,6 +154,42 @@ TEST(StoreSpaceAndDurability, HungDeviceWritesAreRefusedAtTheDeadline) {
   for (uint64_t i = 200; i < 210; ++i) EXPECT_TRUE(s.put(i)->stored()) << i;
   EXPECT_TRUE(s.store->flush().ok());
   EXPECT_TRUE(s.has(205));
+}
+
+// Mooncake's lease semantics (StoreOptions::time_lease_ms) on a virtual
+// clock: lookups and reads lease a RAM block for the lease time, a RAM tier
+// whose blocks are all leased refuses puts (they do not go to the disk
+// tier), and expired blocks are demoted as usual.
+TEST(StoreSpaceAndDurability, TimeLeasesRefuseWritesWhileEveryRamBlockIsLeased) {
+  std::atomic<uint64_t> clock_ns{1};
+  auto o = review_options(std::make_shared<blk::MemDevice>(32 << 20), 4);
+  o.time_lease_ms = 300'000;
+  o.lease_clock_ns = [&] { return clock_ns.load(); };
+  Opened s(o);
+  for (uint64_t i = 1; i <= 4; ++i) ASSERT_EQ(s.put(i)->tier, Tier::kRam) << i;
+  const std::vector<Key128> looked_up = {test_key(1), test_key(2), test_key(3), test_key(4)};
+  ASSERT_EQ(s.store->match_prefix(s.ns, looked_up)->ram_blocks, 4u);  // leases all four
+  auto refused = s.put(5);
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ(refused->outcome, PutResult::Outcome::kRefused);
+  EXPECT_EQ(refused->refuse, RefuseReason::kNoSpace);
+  EXPECT_FALSE(s.has(5));  // not sent to the disk tier either
+
+  clock_ns = 301'000'000'000ull;  // the four leases have expired
+  EXPECT_TRUE(s.has(2));          // a read leases block 2 again until 601 s
+  for (uint64_t i = 5; i <= 7; ++i) ASSERT_EQ(s.put(i)->tier, Tier::kRam) << i;
+  const std::vector<Key128> new_ones = {test_key(5), test_key(6), test_key(7)};
+  ASSERT_EQ(s.store->match_prefix(s.ns, new_ones)->ram_blocks, 3u);
+  EXPECT_EQ(s.put(8)->outcome, PutResult::Outcome::kRefused);  // 2, 5, 6, 7 leased
+  EXPECT_EQ(s.refusals(RefuseReason::kNoSpace), 2u);
+  EXPECT_EQ(s.store->local_stats().demotions, 3u);  // 1, 3 and 4 went to disk
+  for (uint64_t i : {1, 3, 4}) EXPECT_TRUE(s.has(i)) << i;
+
+  // kvtier's own policy on the same sequence refuses nothing: it demotes.
+  o.time_lease_ms = 0;
+  Opened own(o);
+  for (uint64_t i = 1; i <= 8; ++i) EXPECT_TRUE(own.put(i)->stored()) << i;
+  EXPECT_EQ(own.refusals(RefuseReason::kNoSpace), 0u);
 }
 
 }  // namespace

@@ -40,7 +40,9 @@ struct Fixture {
     AlignedBuffer out(kObj);
     auto r = store->get(ns, test_key(i), out.view());
     EXPECT_TRUE(r.ok()) << r.status().to_string();
-    if (r->hit) EXPECT_TRUE(payload_matches(test_key(i), ByteView(out.data(), r->length))) << i;
+    if (r->hit) {
+      EXPECT_TRUE(payload_matches(test_key(i), ByteView(out.data(), r->length))) << i;
+    }
     return *r;
   }
   uint64_t misses(MissReason r) const {

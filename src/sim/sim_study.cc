@@ -52,6 +52,7 @@ void configure_simulation(const SimProfile& p, bench::StudyRunOptions* o) {
   // The deployment's replicas share one volume (or link): their reads queue.
   s.shared_disk = true;
   s.make_volume = sparse_volume_factory();
+  s.background_promotion = false;  // the same decisions on every run
   o->measure_limits = false;
   o->parallel_runs = std::max(1u, std::thread::hardware_concurrency());
   o->disk_to_recompute = 0;

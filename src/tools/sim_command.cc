@@ -8,6 +8,7 @@
 
 #include "sim/sim_profile.h"
 #include "tools/commands.h"
+#include "tools/sim_fleet_cli.h"
 #include "tools/study_cli.h"
 
 namespace kvtier::tools {
@@ -63,6 +64,8 @@ void add_sim_commands(CLI::App& app) {
                    "Metrics whose tolerance decides the exit code (repeatable; default: all)")
       ->check(CLI::IsMember({"throughput / A", "hit share", "TTFT p50 s", "TTFT p90 s"}));
   add_study_options(validate, val);
+
+  add_sim_fleet_command(sim);
 
   auto name = std::make_shared<std::string>("study-h100");
   auto file = std::make_shared<std::string>();

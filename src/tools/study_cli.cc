@@ -44,6 +44,7 @@ Result<bench::Workload> load_workload(const StudyCli& cli, const engine::EngineP
     so.sessions = cli.sessions;
     so.length_scale = p.token_scale;
     so.seed = cli.run.study.seed;
+    so.max_context_tokens = cli.max_context_tokens;
     return bench::make_synthetic_agentic_workload(so);
   }
   const auto colon = cli.trace.find(':');
@@ -129,6 +130,7 @@ bench::SchedulerFactory scheduler_factory(const StudyCli& cli) {
         fo.concurrent_sessions = cli.fleet_sessions;
         fo.steady_state = cli.fleet_steady;
         fo.pause_s = cli.fleet_pause_s;
+        fo.rounds = cli.fleet_rounds;
         fo.seed = seed;
         return bench::make_fleet(wl, fo);
       };
@@ -220,6 +222,20 @@ std::optional<engine::EngineProfile> choose_profile(const StudyCli& cli,
 
 }  // namespace
 
+void apply_fleet_testbed_defaults(const CLI::App& cmd, StudyCli* cli) {
+  if (cli->protocol != "fleet") return;
+  const auto unset = [&](const char* name) { return cmd.count(name) == 0; };
+  using F = bench::FleetTestbed;
+  if (unset("--ram-gib")) cli->ram_gib = static_cast<double>(F::kRamBytes) / (1ull << 30);
+  if (unset("--prefill")) cli->run.study.prefill_replicas = F::kPrefillReplicas;
+  if (unset("--decode")) cli->run.study.decode_replicas = F::kDecodeReplicas;
+  if (unset("--max-context")) cli->max_context_tokens = F::kMaxContextTokens;
+  if (unset("--fleet-steady")) cli->fleet_steady = true;
+  if (unset("--fleet-pause")) cli->fleet_pause_s = F::kPauseS;
+  if (unset("--fleet-rounds")) cli->fleet_rounds = F::kRounds;
+  if (unset("--load-policy")) cli->run.study.load_policy = bench::LoadPolicy::kLoadAll;
+}
+
 int run_study_cli(StudyCli cli) {
   std::optional<sim::SimProfile> sim_profile;
   auto profile = choose_profile(cli, &sim_profile);
@@ -280,7 +296,13 @@ void add_workload_options(CLI::App* cmd, const std::shared_ptr<StudyCli>& cli) {
                     "h100-qwen3-coder-30b (unscaled: 96 KiB stored per token)")
         ->capture_default_str();
   }
-  cmd->add_option("--protocol", cli->protocol, "short, long, both, or fleet")
+  cmd->add_option(
+         "--protocol", cli->protocol,
+         "short, long, both, or fleet. Fleet runs the study's fleet testbed unless an "
+         "option says otherwise: one prefill and one decode endpoint (each sees every "
+         "session, as each of the study's two role endpoints did), a 32 GB RAM tier, "
+         "65,536-token contexts, steady state, three rounds per session with a 300 s pause "
+         "between them, --load-policy load")
       ->capture_default_str();
   cmd->add_option("--cases", cli->cases, "Cases to run, letters A-F")->capture_default_str();
   add_ranged_option(cmd, "--sessions", cli->sessions,
@@ -295,8 +317,19 @@ void add_workload_options(CLI::App* cmd, const std::shared_ptr<StudyCli>& cli) {
       ->capture_default_str();
   cmd->add_option("--fleet-sessions", cli->fleet_sessions, "Fleet: concurrent sessions")
       ->capture_default_str();
-  cmd->add_flag("--fleet-steady", cli->fleet_steady, "Fleet: steady state instead of batch");
+  cmd->add_flag("--fleet-steady,!--fleet-batch", cli->fleet_steady,
+                "Fleet: steady state (staggered starts, a finished session replaced at once; the "
+                "default) or batch (groups of sessions start together)");
   cmd->add_option("--fleet-pause", cli->fleet_pause_s, "Fleet: pause between turns, seconds")
+      ->capture_default_str();
+  cmd->add_option("--fleet-rounds", cli->fleet_rounds,
+                  "Fleet: rounds per session; turns within a round follow each other at once and "
+                  "only rounds are separated by the pause (0: the pause before every turn; fleet "
+                  "default 3, the study's adev sessions)")
+      ->capture_default_str();
+  cmd->add_option("--max-context", cli->max_context_tokens,
+                  "Context limit of the synthetic workload, real tokens: a session ends at the "
+                  "first call that would pass it (0: none; fleet: 65536)")
       ->capture_default_str();
 }
 
@@ -344,6 +377,13 @@ void add_service_options(CLI::App* cmd, const std::shared_ptr<StudyCli>& cli) {
          "still helps)")
       ->check(CLI::IsMember({"load", "race"}))
       ->default_str("race");
+  cmd->add_option("--time-lease", cli->run.study.time_lease_s,
+                  "Mooncake Store's lease semantics instead of kvtier's, seconds: every put and "
+                  "every read leases a RAM block this long, and a RAM tier whose blocks are all "
+                  "leased refuses writes (0: kvtier's policy, read leases of one transfer and "
+                  "demotion instead of refusal; the fleet study's Mooncake ran 300)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
 }
 
 // The store's tiers and the prefill-to-decode transfer.
@@ -396,7 +436,10 @@ void add_study_options(CLI::App* cmd, const std::shared_ptr<StudyCli>& cli) {
   add_service_options(cmd, cli);
   add_store_options(cmd, cli);
   add_output_options(cmd, cli);
-  cmd->callback([cli] { std::exit(run_study_cli(*cli)); });
+  cmd->callback([cli, cmd] {
+    apply_fleet_testbed_defaults(*cmd, cli.get());
+    std::exit(run_study_cli(*cli));
+  });
 }
 
 }  // namespace kvtier::tools

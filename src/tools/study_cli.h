@@ -42,9 +42,17 @@ struct StudyCli {
   uint32_t fleet_sessions = 12;
   bool fleet_steady = false;
   double fleet_pause_s = 0;
+  uint32_t fleet_rounds = 0;
+  uint64_t max_context_tokens = 0;  // the synthetic workload's context limit (0: none)
   bool json = false;
   bool quiet = false;
 };
+
+// `--protocol fleet` runs the study's fleet testbed unless an option says
+// otherwise: one prefill and one decode endpoint, a 32 GB RAM tier,
+// 65,536-token contexts, steady state, three rounds per session with a
+// 300 s pause between them, load-all.
+void apply_fleet_testbed_defaults(const CLI::App& cmd, StudyCli* cli);
 
 // Runs the study as `cli` says and prints or writes its report; the exit code.
 int run_study_cli(StudyCli cli);

@@ -35,6 +35,9 @@ bool timed_form() { return std::getenv("KVTIER_QOS_WINDOW_S") != nullptr; }
 // Keeps `depth` requests of `bytes` outstanding in one direction for
 // `seconds`, and counts what was admitted (completed) inside the window.
 struct Driver {
+  Driver(BlockDevice& dev, bool write, uint64_t bytes, int depth)
+      : dev(dev), write(write), bytes(bytes), depth(depth) {}
+
   BlockDevice& dev;
   bool write;
   uint64_t bytes;

@@ -84,7 +84,9 @@ void ShmDirectChannel::send_pending_releases() {
   // One-way: the next call's answer comes after it on the stream.
   Status st = channel_send(fd_, ShmReleaseRequest{std::move(st_->pending)}, st_->next_id++);
   st_->pending.clear();
-  if (!st.ok()) give_up(st);  // the server frees the leases when it sees the close
+  // Logged and the channel marked broken; the server frees the leases when
+  // it sees the close.
+  if (!st.ok()) static_cast<void>(give_up(st));
 }
 
 Status ShmDirectChannel::give_up(Status why) {
@@ -104,7 +106,7 @@ std::optional<Result<kv::MatchResult>> ShmDirectChannel::match_prefix(
   if (auto err = error_answer(*f)) return Result<kv::MatchResult>(*err);
   auto resp = decode_message_as<MatchPrefixResponse>(f->header, f->descriptor);
   if (!resp.ok() || resp->tiers.size() > keys.size()) {
-    give_up(Status::internal("bad MatchPrefix answer"));
+    static_cast<void>(give_up(Status::internal("bad MatchPrefix answer")));  // logged
     return Result<kv::MatchResult>(kv::MatchResult{});
   }
   return Result<kv::MatchResult>(resp->to_result());
@@ -139,7 +141,7 @@ std::optional<Result<kv::GetResult>> ShmDirectChannel::get(
   if (!lk.owns_lock() || broken()) return std::nullopt;
   kv::GetResult miss;
   auto fail = [&](kv::MissReason why, const Status& st) {
-    give_up(st);
+    static_cast<void>(give_up(st));  // logged; the call answers a miss
     miss.miss = why;
     return Result<kv::GetResult>(miss);
   };
