@@ -106,6 +106,9 @@ struct StudyOptions {
     double remote_load_bytes_per_s = 0;
     double remote_save_bytes_per_s = 0;
     double direct_load_bytes_per_s = 0;
+    // The prefill host's own link, which caps the sum over store nodes of
+    // the rates above (0: no cap).
+    double host_link_bytes_per_s = 0;
   };
   std::optional<ModeledStoreRates> modeled_store;
   // The simulator (src/sim): makes the disk tier's volume, which must hold
@@ -127,6 +130,13 @@ struct StudyOptions {
   // (kv::StoreOptions::promote_in_background). The simulator turns it off,
   // so that no decision of a run depends on thread timing.
   bool background_promotion = true;
+  // Store nodes (the simulator only): the RAM and disk tiers are split
+  // evenly over this many kv::Stores under the cluster's rendezvous
+  // placement (net::ClusterStore::over_stores). Each node has its own RAM,
+  // volume and link at modeled_store's rates, so a load or save, spread
+  // over the nodes by the placement, moves at the nodes' summed rate, up to
+  // the host's link.
+  uint32_t store_nodes = 1;
   // When > 0: CaseResult::store_load_bytes_by_window counts the bytes the
   // store served in each window of this many virtual seconds (the fleet
   // study's per-window volumes).

@@ -134,8 +134,8 @@ std::string plot_python() {
   return "python3";
 }
 
-Status write_study_report(const StudyReport& report, const std::string& dir,
-                          const std::string& plot_script) {
+Status write_report_folder(const std::string& dir, const std::string& markdown,
+                           const nlohmann::json& results, const std::string& plot_script) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::io_error("cannot create " + dir + ": " + ec.message());
@@ -143,12 +143,12 @@ Status write_study_report(const StudyReport& report, const std::string& dir,
   const auto json_path = std::filesystem::path(dir) / "results.json";
   {
     std::ofstream md(md_path);
-    md << report.markdown();
+    md << markdown;
     if (!md) return Status::io_error("cannot write " + md_path.string());
   }
   {
     std::ofstream js(json_path);
-    js << report.json(/*with_samples=*/true).dump(1) << "\n";
+    js << results.dump(1) << "\n";
     if (!js) return Status::io_error("cannot write " + json_path.string());
   }
   if (plot_script.empty()) return Status::ok_status();
@@ -161,6 +161,12 @@ Status write_study_report(const StudyReport& report, const std::string& dir,
                                        "; report.md and results.json are written");
   }
   return Status::ok_status();
+}
+
+Status write_study_report(const StudyReport& report, const std::string& dir,
+                          const std::string& plot_script) {
+  return write_report_folder(dir, report.markdown(), report.json(/*with_samples=*/true),
+                             plot_script);
 }
 
 }  // namespace kvtier::bench

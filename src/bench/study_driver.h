@@ -60,5 +60,10 @@ std::string plot_python();
 
 Status write_study_report(const StudyReport& report, const std::string& dir,
                           const std::string& plot_script);
+// The same for any report: `dir`/report.md, `dir`/results.json, then the
+// plotting script (when not empty) with the JSON's path and `dir`. The
+// caller quotes nothing: `dir` and `plot_script` must not contain a quote.
+Status write_report_folder(const std::string& dir, const std::string& markdown,
+                           const nlohmann::json& results, const std::string& plot_script);
 
 }  // namespace kvtier::bench

@@ -22,6 +22,7 @@
 #include "engine/load_planner.h"
 #include "kv/ram_tier.h"
 #include "kv/store.h"
+#include "net/cluster/cluster_store.h"
 #include "nvmf/host_device.h"
 #include "nvmf/target.h"
 #include "serve/kv_transfer.h"
@@ -154,6 +155,11 @@ class Run {
   // saves (case E over its remote link, case F by the direct path).
   double modeled_disk_load_rate() const;
   double modeled_save_rate() const;
+  // A modeled per-node rate as the deployment's: summed over the store
+  // nodes, capped by the host's link.
+  double over_nodes(double per_node_rate) const;
+  // setup_store's store of one node, with these many RAM slots and disk blocks.
+  Result<std::unique_ptr<kv::Store>> open_store_node(uint64_t ram_slots, uint64_t disk_blocks);
   void accept_issues(const std::vector<Issue>& issues, double now);
   void dispatch(const TraceRequest* req, double now);
   Status start_prefill(size_t p, double now);
@@ -192,7 +198,11 @@ class Run {
   // Case E: kvtier's NVMe/TCP target serves the RAID0 volume on loopback and
   // the store reaches it through kvtier's NVMe/TCP host.
   std::unique_ptr<nvmf::NvmfTarget> target_;
-  std::unique_ptr<kv::Store> store_;
+  // The store: one kv::Store, or with StudyOptions::store_nodes > 1 one per
+  // node under a cluster client; store_ is what the connectors call.
+  std::vector<std::unique_ptr<kv::Store>> nodes_;
+  std::unique_ptr<net::ClusterStore> cluster_;
+  KvStore* store_ = nullptr;
   // The event loop's virtual time, the clock of the store's time leases
   // (read on replica threads).
   std::atomic<uint64_t> virtual_now_ns_{0};
@@ -266,14 +276,45 @@ Status Run::setup() {
 }
 
 Status Run::setup_store(const kv::Namespace& ns) {
-  kv::StoreOptions so;
-  so.max_object_bytes = block_bytes_;
   // As many RAM slots as the deployment's RAM holds blocks (a slot is larger
   // than the block, which matters for the simulator's blocks of a few bytes).
   const double deployment_block_bytes =
       o_.profile.real_tokens(w_.block_tokens) * static_cast<double>(o_.profile.kv_bytes_per_token);
   const auto ram_slots =
       static_cast<uint64_t>(static_cast<double>(o_.ram_bytes) / deployment_block_bytes);
+  const auto disk_blocks =
+      static_cast<uint64_t>(static_cast<double>(o_.disk_bytes) / deployment_block_bytes);
+  const uint32_t n_nodes = std::max<uint32_t>(o_.store_nodes, 1);
+  if (n_nodes > 1 && (!o_.modeled_store || !o_.make_volume)) {
+    return Status::invalid_argument("store nodes above 1 are the simulator's (kvtier sim)");
+  }
+  std::vector<std::pair<std::string, KvStore*>> members;
+  for (uint32_t n = 0; n < n_nodes; ++n) {
+    auto node = open_store_node(ram_slots / n_nodes, disk_blocks / n_nodes);
+    if (!node.ok()) return node.status();
+    nodes_.push_back(std::move(*node));
+    members.emplace_back("node-" + std::to_string(n), nodes_.back().get());
+  }
+  if (n_nodes > 1) {
+    cluster_ = net::ClusterStore::over_stores(members);
+    store_ = cluster_.get();
+  } else {
+    store_ = nodes_.front().get();
+  }
+  // Each replica has its own client and connector (a connector's buffers
+  // belong to one thread); they share the store, as replicas share a service.
+  for (auto& p : prefills_) {
+    auto id = store_->register_namespace(ns);
+    if (!id.ok()) return id.status();
+    ns_ = *id;
+    p.connector = std::make_unique<engine::KvConnector>(store_, ns_, block_bytes_);
+  }
+  return Status::ok_status();
+}
+
+Result<std::unique_ptr<kv::Store>> Run::open_store_node(uint64_t ram_slots, uint64_t disk_blocks) {
+  kv::StoreOptions so;
+  so.max_object_bytes = block_bytes_;
   so.ram_bytes = spec_.ram_tier
                      ? std::max<uint64_t>(ram_slots, 1) * kv::RamTier::slot_bytes_for(block_bytes_)
                      : 0;
@@ -285,7 +326,7 @@ Status Run::setup_store(const kv::Namespace& ns) {
   if (spec_.disk_tier) {
     auto vol =
         o_.make_volume
-            ? o_.make_volume(static_cast<uint64_t>(o_.disk_bytes / deployment_block_bytes))
+            ? o_.make_volume(disk_blocks)
             : open_raid0_volume(o_, static_cast<uint64_t>(o_.disk_bytes / o_.profile.byte_scale()),
                                 &files_);
     if (!vol.ok()) return vol.status();
@@ -305,18 +346,7 @@ Status Run::setup_store(const kv::Namespace& ns) {
     so.time_lease_ms = static_cast<uint64_t>(o_.time_lease_s * 1000);
     so.lease_clock_ns = [this] { return virtual_now_ns_.load(std::memory_order_relaxed); };
   }
-  auto st = kv::Store::open(so);
-  if (!st.ok()) return st.status();
-  store_ = std::move(*st);
-  // Each replica has its own client and connector (a connector's buffers
-  // belong to one thread); they share the store, as replicas share a service.
-  for (auto& p : prefills_) {
-    auto id = store_->register_namespace(ns);
-    if (!id.ok()) return id.status();
-    ns_ = *id;
-    p.connector = std::make_unique<engine::KvConnector>(store_.get(), ns_, block_bytes_);
-  }
-  return Status::ok_status();
+  return kv::Store::open(so);
 }
 
 Result<std::shared_ptr<blk::BlockDevice>> Run::export_over_nvme_tcp(
@@ -421,8 +451,9 @@ Status Run::finish_save(PrefillReplica& p, double scale) {
   res_.offered_write_blocks += save->stored + save->deduplicated + save->refused;
   res_.store_save_bytes += save->bytes;
   res_.store_wall_s += save->wall_s;
-  const double save_s =
-      o_.modeled_store ? static_cast<double>(save->bytes) / modeled_save_rate() : save->wall_s;
+  const double save_s = o_.modeled_store
+                            ? static_cast<double>(save->bytes) / over_nodes(modeled_save_rate())
+                            : save->wall_s;
   res_.store_charged_s += save_s * scale;
   p.save_free_at = std::max(p.save_after, p.save_free_at) + save_s * scale;
   return Status::ok_status();
@@ -441,6 +472,12 @@ double Run::modeled_save_rate() const {
   const auto& m = *o_.modeled_store;
   if (spec_.remote_volume && m.remote_save_bytes_per_s > 0) return m.remote_save_bytes_per_s;
   return m.save_bytes_per_s;
+}
+
+double Run::over_nodes(double per_node_rate) const {
+  const double rate = per_node_rate * std::max<uint32_t>(o_.store_nodes, 1);
+  const double cap = o_.modeled_store->host_link_bytes_per_s;
+  return cap > 0 ? std::min(rate, cap) : rate;
 }
 
 const std::vector<kv::Key128>& Run::keys_of(const TraceRequest& r) {
@@ -505,8 +542,8 @@ Result<PrefixLoad> Run::load_from_store(PrefillReplica& p, std::span<const kv::K
   double ram_s = load->ram_wall_s, disk_s = load->disk_wall_s;
   if (o_.modeled_store) {
     ram_s = static_cast<double>(load->bytes - load->disk_bytes) /
-            o_.modeled_store->ram_load_bytes_per_s;
-    disk_s = static_cast<double>(load->disk_bytes) / modeled_disk_load_rate();
+            over_nodes(o_.modeled_store->ram_load_bytes_per_s);
+    disk_s = static_cast<double>(load->disk_bytes) / over_nodes(modeled_disk_load_rate());
     out.load_s = ram_s + disk_s;
   }
   out.disk_s = disk_s;
@@ -730,8 +767,9 @@ Result<CaseResult> Run::run() {
   res_.later_turns = rs.later_turns;
   res_.stayed_turns = rs.stayed;
   res_.pair_counts = rs.pair_counts;
-  if (store_) {
-    const auto st = store_->local_stats();
+  if (!nodes_.empty()) {
+    kv::StoreStats st = nodes_.front()->local_stats();
+    for (size_t n = 1; n < nodes_.size(); ++n) net::add_store_stats(st, nodes_[n]->local_stats());
     res_.ram_evictions = st.evictions;
     res_.ram_eviction_bytes = st.evictions * static_cast<uint64_t>(block_bytes_);
     res_.device_reads = st.disk.reads;
@@ -746,7 +784,8 @@ Result<CaseResult> Run::run() {
     res_.verify_failures += s.rejected_frames + s.truncated;
   }
   res_.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  store_.reset();
+  cluster_.reset();
+  nodes_.clear();
   return res_;
 }
 

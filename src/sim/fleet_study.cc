@@ -1,15 +1,13 @@
 #include "sim/fleet_study.h"
 
-#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <mutex>
-#include <thread>
 
 #include <fmt/format.h>
 
 #include "bench/study_metrics.h"
 #include "bench/synthetic_workload.h"
+#include "sim/parallel_cases.h"
 #include "sim/sim_study.h"
 
 namespace kvtier::sim {
@@ -141,27 +139,11 @@ Result<FleetStudyReport> run_fleet_study(
   }
   const auto t0 = std::chrono::steady_clock::now();
   const auto jobs = plan_jobs(o);
-  std::vector<Result<bench::CaseResult>> results(jobs.size(), Status::internal("not run"));
-  std::atomic<size_t> next{0}, done{0};
-  std::mutex progress_mu;
-  auto worker = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < jobs.size();) {
-      try {
-        results[i] = run_job(w, o, jobs[i]);
-      } catch (const std::exception& e) {
-        results[i] = Status::internal(std::string("fleet run failed: ") + e.what());
-      }
-      const size_t n = done.fetch_add(1) + 1;
-      if (progress) {
-        std::lock_guard lock(progress_mu);
-        progress({n, jobs.size()});
-      }
-    }
-  };
-  std::vector<std::thread> threads;
-  const unsigned n_threads = std::max(1u, std::min<unsigned>(o.parallel_runs, jobs.size()));
-  for (unsigned t = 0; t < n_threads; ++t) threads.emplace_back(worker);
-  for (auto& t : threads) t.join();
+  auto results = run_cases_in_parallel(
+      jobs.size(), o.parallel_runs, [&](size_t i) { return run_job(w, o, jobs[i]); },
+      [&](size_t done, size_t total) {
+        if (progress) progress({done, total});
+      });
 
   FleetStudyReport report;
   report.options = o;

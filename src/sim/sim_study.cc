@@ -48,6 +48,11 @@ void configure_simulation(const SimProfile& p, bench::StudyRunOptions* o) {
   // deployment bytes over the profile's rates.
   s.store_charge_scale = 0;
   s.modeled_store = p.rates;
+  // Store nodes' transfers together are capped by the prefill host's link,
+  // the one of its prefill-to-decode transfers (the study's 400 Gb/s).
+  if (s.modeled_store->host_link_bytes_per_s == 0) {
+    s.modeled_store->host_link_bytes_per_s = p.engine.pd_link_bytes_per_s;
+  }
   s.pd_transfer = bench::PdTransferMode::kModeled;
   // The deployment's replicas share one volume (or link): their reads queue.
   s.shared_disk = true;

@@ -9,6 +9,7 @@
 #include "sim/sim_profile.h"
 #include "tools/commands.h"
 #include "tools/sim_fleet_cli.h"
+#include "tools/sim_sweep_cli.h"
 #include "tools/study_cli.h"
 
 namespace kvtier::tools {
@@ -66,6 +67,7 @@ void add_sim_commands(CLI::App& app) {
   add_study_options(validate, val);
 
   add_sim_fleet_command(sim);
+  add_sim_sweep_command(sim);
 
   auto name = std::make_shared<std::string>("study-h100");
   auto file = std::make_shared<std::string>();

@@ -20,24 +20,6 @@ namespace kvtier::tools {
 
 namespace {
 
-// The plotting script: $KVTIER_PLOT_SCRIPT, else scripts/plot_study.py next
-// to the source tree the binary was built in (build/src/tools/kvtier), else
-// under the working directory.
-std::string find_plot_script() {
-  if (const char* env = std::getenv("KVTIER_PLOT_SCRIPT")) return env;
-  std::error_code ec;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    for (auto dir = exe.parent_path(); !dir.empty() && dir != dir.root_path();
-         dir = dir.parent_path()) {
-      const auto p = dir / "scripts" / "plot_study.py";
-      if (std::filesystem::exists(p)) return p.string();
-    }
-  }
-  if (std::filesystem::exists("scripts/plot_study.py")) return "scripts/plot_study.py";
-  return "";
-}
-
 Result<bench::Workload> load_workload(const StudyCli& cli, const engine::EngineProfile& p) {
   if (cli.trace.empty()) {
     bench::SyntheticWorkloadOptions so;
@@ -141,7 +123,8 @@ bench::SchedulerFactory scheduler_factory(const StudyCli& cli) {
 int write_study_outputs(const StudyCli& cli, const bench::StudyReport& report) {
   int rc = 0;
   if (!cli.report_dir.empty()) {
-    const std::string script = cli.plot_script.empty() ? find_plot_script() : cli.plot_script;
+    const std::string script =
+        cli.plot_script.empty() ? find_plot_script("plot_study.py") : cli.plot_script;
     if (script.empty()) {
       std::fprintf(stderr, "%s: scripts/plot_study.py not found; no plots\n", cli.command.c_str());
     }
@@ -221,6 +204,22 @@ std::optional<engine::EngineProfile> choose_profile(const StudyCli& cli,
 }
 
 }  // namespace
+
+std::string find_plot_script(const std::string& name) {
+  if (const char* env = std::getenv("KVTIER_PLOT_SCRIPT")) return env;
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (auto dir = exe.parent_path(); !dir.empty() && dir != dir.root_path();
+         dir = dir.parent_path()) {
+      const auto p = dir / "scripts" / name;
+      if (std::filesystem::exists(p)) return p.string();
+    }
+  }
+  const auto local = std::filesystem::path("scripts") / name;
+  if (std::filesystem::exists(local)) return local.string();
+  return "";
+}
 
 void apply_fleet_testbed_defaults(const CLI::App& cmd, StudyCli* cli) {
   if (cli->protocol != "fleet") return;

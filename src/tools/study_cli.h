@@ -48,6 +48,11 @@ struct StudyCli {
   bool quiet = false;
 };
 
+// A plotting script of scripts/ (`name`): $KVTIER_PLOT_SCRIPT, else the one
+// next to the source tree the binary was built in (build/src/tools/kvtier),
+// else under the working directory; "" when none is found.
+std::string find_plot_script(const std::string& name);
+
 // `--protocol fleet` runs the study's fleet testbed unless an option says
 // otherwise: one prefill and one decode endpoint, a 32 GB RAM tier,
 // 65,536-token contexts, steady state, three rounds per session with a

@@ -153,7 +153,7 @@ class ClusterFixture {
                                      "warn"};
     EtcdCredentials creds;
     if (pki) {
-      for (const std::string& a :
+      for (const char* a :
            {"--cert-file", pki->server_cert.c_str(), "--key-file", pki->server_key.c_str(),
             "--trusted-ca-file", pki->ca_file.c_str(), "--client-cert-auth"}) {
         args.push_back(a);
@@ -356,7 +356,9 @@ TEST(Cluster, ThreeNodesKillOneAndJoinOneWithEtcd) {
         EXPECT_FALSE(g->hit) << i;
       } else if (owner == cs.owner_of(keys[i])) {
         Placement three({"n1", "n2", "n3"});
-        if (three.node_ids()[three.owner(keys[i])] != "n2") EXPECT_TRUE(g->hit) << i;
+        if (three.node_ids()[three.owner(keys[i])] != "n2") {
+          EXPECT_TRUE(g->hit) << i;
+        }
       }
     }
     if (!has_node(cs, "n2")) {

@@ -25,7 +25,8 @@ namespace {
 // (registered lazily, on first use). Shared by every view the node is in.
 struct NodeConn {
   ClusterNode node;
-  std::unique_ptr<RemoteStore> store;
+  std::shared_ptr<RemoteStore> remote;  // null for an in-process node
+  std::shared_ptr<KvStore> store;       // the remote store, or the in-process one
   std::mutex mu;
   std::vector<std::optional<uint16_t>> handles;  // by cluster namespace handle
 };
@@ -133,6 +134,10 @@ struct ClusterStore::Impl {
   bool stop = false;
   std::thread poller;
   std::mutex refresh_mu;  // one refresh at a time
+  // In-process nodes (over_stores): their calls run one after another on
+  // the caller's thread, since a thread per node would cost more than the
+  // call and would make a simulation depend on thread timing.
+  bool serial_calls = false;
 
   std::shared_ptr<const View> snapshot() const {
     std::lock_guard<std::mutex> lock(mu);
@@ -163,7 +168,8 @@ struct ClusterStore::Impl {
         }
         auto conn = std::make_shared<NodeConn>();
         conn->node = n;
-        conn->store = std::move(*store);
+        conn->remote = std::move(*store);
+        conn->store = conn->remote;
         next[n.id] = std::move(conn);
       }
       ids.push_back(n.id);
@@ -179,7 +185,7 @@ struct ClusterStore::Impl {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) break;
-      (void)conn->store->wait_connected(static_cast<uint32_t>(left.count()));
+      if (conn->remote) (void)conn->remote->wait_connected(static_cast<uint32_t>(left.count()));
     }
     auto v = std::make_shared<View>();
     v->placement = Placement(ids);
@@ -267,6 +273,14 @@ struct ClusterStore::Impl {
     };
     std::vector<std::future<Status>> pending;
     Status first = Status::ok_status();
+    if (serial_calls) {
+      for (size_t n = 0; n < groups.size(); ++n) {
+        if (groups[n].empty()) continue;
+        Status st = run(n);
+        if (first.ok() && !st.ok()) first = st;
+      }
+      return first;
+    }
     size_t inline_node = v.conns.size();
     for (size_t n = 0; n < groups.size(); ++n) {
       if (groups[n].empty()) continue;
@@ -334,6 +348,27 @@ Result<std::unique_ptr<ClusterStore>> ClusterStore::open(const ClusterStoreOptio
     cs->impl_->poller = std::thread([p] { p->poll_loop(); });
   }
   return cs;
+}
+
+std::unique_ptr<ClusterStore> ClusterStore::over_stores(
+    const std::vector<std::pair<std::string, KvStore*>>& nodes) {
+  auto impl = std::make_unique<Impl>();
+  impl->serial_calls = true;
+  auto v = std::make_shared<View>();
+  std::map<std::string, std::shared_ptr<NodeConn>> by_id;
+  std::vector<std::string> ids;
+  for (const auto& [id, store] : nodes) {
+    if (by_id.count(id)) continue;
+    auto conn = std::make_shared<NodeConn>();
+    conn->node.id = id;
+    conn->store = std::shared_ptr<KvStore>(store, [](KvStore*) {});  // not owned
+    by_id[id] = conn;
+    ids.push_back(id);
+  }
+  v->placement = Placement(ids);
+  for (const auto& id : v->placement.node_ids()) v->conns.push_back(by_id[id]);
+  impl->view = std::move(v);
+  return std::unique_ptr<ClusterStore>(new ClusterStore(std::move(impl)));
 }
 
 std::vector<ClusterNode> ClusterStore::nodes() const {

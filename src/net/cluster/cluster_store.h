@@ -31,6 +31,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/buffer.h"
@@ -98,6 +99,12 @@ class ClusterStore final : public KvStore {
   // With etcd, reads the node set once (an error if etcd cannot be read) and
   // starts polling.
   static Result<std::unique_ptr<ClusterStore>> open(const ClusterStoreOptions& options);
+  // A fixed cluster of in-process stores, (node id, store) each, with the
+  // same placement, splitting and merging; the stores must outlive it. Its
+  // calls to the nodes run one after another on the caller's thread. The
+  // simulator's store nodes (StudyOptions::store_nodes).
+  static std::unique_ptr<ClusterStore> over_stores(
+      const std::vector<std::pair<std::string, KvStore*>>& nodes);
   ~ClusterStore() override;
   ClusterStore(const ClusterStore&) = delete;
   ClusterStore& operator=(const ClusterStore&) = delete;

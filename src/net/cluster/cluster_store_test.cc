@@ -143,6 +143,42 @@ TEST(ClusterStore, MatchPrefixStopsAtTheFirstMissingKeyOnAnyNode) {
   EXPECT_EQ(m->blocks, std::min(a, b));
 }
 
+// over_stores: in-process stores as nodes, with the placement of a
+// networked cluster of the same ids.
+TEST(ClusterStore, InProcessNodesTakeTheKeysTheirIdsOwn) {
+  std::vector<std::unique_ptr<kv::Store>> stores;
+  std::vector<std::pair<std::string, KvStore*>> nodes;
+  for (int i = 0; i < 3; ++i) {
+    kv::StoreOptions so;
+    so.ram_bytes = 256 * kObj;
+    so.max_object_bytes = kObj;
+    auto store = kv::Store::open(so);
+    ASSERT_TRUE(store.ok());
+    stores.push_back(std::move(*store));
+    nodes.emplace_back("node-" + std::to_string(i), stores.back().get());
+  }
+  auto cluster = ClusterStore::over_stores(nodes);
+  const Placement placement({"node-0", "node-1", "node-2"});
+  const uint16_t ns = *cluster->register_namespace(cluster_namespace());
+  std::vector<kv::Key128> keys;
+  std::vector<size_t> per_node(3, 0);
+  for (uint64_t i = 0; i < 60; ++i) {
+    keys.push_back(ckey(i));
+    auto d = payload(keys.back());
+    ASSERT_TRUE(cluster->put(ns, keys.back(), d)->stored()) << i;
+    EXPECT_EQ(cluster->owner_of(keys.back()), placement.node_ids()[placement.owner(keys.back())]);
+    ++per_node[placement.owner(keys.back())];
+  }
+  for (size_t n = 0; n < 3; ++n) {
+    EXPECT_GT(per_node[n], 0u) << n;
+    EXPECT_EQ(stores[n]->local_stats().puts, per_node[n]) << n;
+  }
+  EXPECT_EQ(cluster->match_prefix(ns, keys)->blocks, keys.size());
+  ASSERT_TRUE(cluster->remove(ns, keys[25]).ok());
+  EXPECT_EQ(cluster->match_prefix(ns, keys)->blocks, 25u);
+  EXPECT_EQ(cluster->stats()->puts, keys.size());
+}
+
 TEST(ClusterStore, StoppedNodeGivesMissesNotErrors) {
   ThreeNodes t;
   constexpr size_t kN = 30;
