@@ -101,11 +101,15 @@ Result<StudyReport> run_study(const Workload& w, const StudyRunOptions& o,
   } else {
     // Each run owns everything it uses (its store, volumes, threads); the
     // workload and the options are only read.
+    // Last job first: the last protocol's cases with disk tiers take the
+    // longest (long reuse, D to F), and starting them first keeps every core
+    // busy to the end. Results stay in job order.
     std::atomic<size_t> next{0};
     std::vector<std::thread> threads;
     for (unsigned t = 0; t < std::min<size_t>(o.parallel_runs, jobs.size()); ++t) {
       threads.emplace_back([&] {
-        for (size_t i; (i = next.fetch_add(1)) < jobs.size();) {
+        for (size_t n; (n = next.fetch_add(1)) < jobs.size();) {
+          const size_t i = jobs.size() - 1 - n;
           // An exception must not escape the thread (std::terminate): it
           // becomes that run's error.
           try {

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <new>
+#include <type_traits>
 
 namespace kvtier::kv {
 
@@ -73,20 +75,23 @@ Index::Index(uint64_t max_entries, unsigned shards)
   uint64_t per_shard = (want + shard_count_ - 1) / shard_count_ + 8;
   shards_ = std::make_unique<Shard[]>(shard_count_);
   total_slots_ = per_shard * shard_count_;
+  table_memory_ = AlignedBuffer(total_slots_ * sizeof(Slot), alignof(Slot), /*zero=*/false);
+  Slot* all = reinterpret_cast<Slot*>(table_memory_.data());
+  for (uint64_t j = 0; j < total_slots_; ++j) {
+    Slot* slot = new (&all[j]) Slot;
+    for (auto& w : slot->w) w.store(0, kRelaxed);
+  }
   for (unsigned i = 0; i < shard_count_; ++i) {
     Shard& s = shards_[i];
     s.slots = per_shard;
     s.max_used = static_cast<size_t>(static_cast<double>(per_shard) * kMaxLoad);
-    s.table = new Slot[per_shard];
-    for (size_t j = 0; j < per_shard; ++j) {
-      for (auto& w : s.table[j].w) w.store(0, kRelaxed);
-    }
+    s.table = all + i * per_shard;
   }
 }
 
-Index::~Index() {
-  for (unsigned i = 0; i < shard_count_; ++i) delete[] shards_[i].table;
-}
+// Slots hold only atomics of integers: nothing to destroy.
+static_assert(std::is_trivially_destructible_v<std::atomic<uint64_t>>);
+Index::~Index() = default;
 
 Index::Shard& Index::shard_of(const Key128& key) const {
   // Keys are uniform hashes: the low bits pick the shard, the high bits the
@@ -205,6 +210,11 @@ bool Index::erase(const Key128& key) {
   return update(key, [](IndexRecord&) { return false; });
 }
 
+void Index::prefetch(const Key128& key) const {
+  const Shard& s = shard_of(key);
+  __builtin_prefetch(&s.table[home_of(s, key)]);
+}
+
 size_t Index::match_prefix(std::span<const Key128> keys, IndexRecord* out) const {
   // A long chain is a series of cache misses in unrelated shards. Work in
   // groups: prefetch every home slot of the group, then probe them, so the
@@ -212,10 +222,7 @@ size_t Index::match_prefix(std::span<const Key128> keys, IndexRecord* out) const
   constexpr size_t kGroup = 16;
   for (size_t base = 0; base < keys.size(); base += kGroup) {
     const size_t end = std::min(keys.size(), base + kGroup);
-    for (size_t k = base; k < end; ++k) {
-      const Shard& s = shard_of(keys[k]);
-      __builtin_prefetch(&s.table[home_of(s, keys[k])]);
-    }
+    for (size_t k = base; k < end; ++k) prefetch(keys[k]);
     for (size_t k = base; k < end; ++k) {
       auto rec = find(keys[k]);
       if (!rec) return k;

@@ -19,6 +19,7 @@
 #include <span>
 #include <vector>
 
+#include "common/buffer.h"
 #include "kv/block_key.h"
 
 namespace kvtier::kv {
@@ -77,6 +78,10 @@ class Index {
   // Number of leading keys present. When `out` is given, out[i] receives the
   // record of key i for every matched i. Stops at the first absent key.
   size_t match_prefix(std::span<const Key128> keys, IndexRecord* out = nullptr) const;
+  // Starts loading `key`'s home slot into the cache: a loop over many keys
+  // that prefetches a few keys ahead overlaps their cache misses.
+  void prefetch(const Key128& key) const;
+  static constexpr size_t kPrefetchAhead = 16;
 
   // Visits every record (shard by shard, each under its lock).
   void for_each(const std::function<void(const IndexRecord&)>& fn) const;
@@ -99,6 +104,10 @@ class Index {
 
   unsigned shard_count_;
   uint64_t total_slots_;
+  // Every shard's table in one mapping with transparent huge pages: a
+  // lookup is a random access into tens or hundreds of megabytes, and with
+  // 4 KiB pages nearly each one also misses the TLB.
+  AlignedBuffer table_memory_;
   std::unique_ptr<Shard[]> shards_;
   struct NamespaceCounters {
     std::atomic<uint64_t> blocks{0}, ram_bytes{0}, disk_bytes{0};

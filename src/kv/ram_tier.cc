@@ -54,6 +54,8 @@ void RamTier::publish(uint32_t slot, const Key128& key, uint16_t ns, uint32_t le
                       bool hold_lease) {
   Meta& m = meta_[slot];
   m.key = key;
+  m.hint_hi.store(key.hi, kRelaxed);
+  m.hint_lo.store(key.lo, kRelaxed);
   m.ns = ns;
   m.length = length;
   m.crc = crc;
@@ -97,7 +99,8 @@ bool RamTier::try_claim(uint32_t slot) {
   return meta_[slot].state.compare_exchange_strong(expected, word(kEvicting, 0), kAcqRel);
 }
 
-std::optional<uint32_t> RamTier::claim_victim(uint64_t now_ns, size_t part) {
+std::optional<uint32_t> RamTier::claim_victim(uint64_t now_ns, size_t part,
+                                              std::optional<Key128>* next_key) {
   Partition& p = *parts_[part];
   if (p.count == 0) return std::nullopt;
   if (now_ns < p.all_pinned_until_ns.load(kAcquire)) return std::nullopt;
@@ -119,7 +122,16 @@ std::optional<uint32_t> RamTier::claim_victim(uint64_t now_ns, size_t part) {
     }
     only_pins = false;
     if (m.referenced.exchange(0, kRelaxed)) continue;  // second chance
-    if (try_claim(s)) return s;
+    if (try_claim(s)) {
+      if (next_key) {
+        const Meta& n = meta_[p.first + p.hand];
+        *next_key =
+            n.state.load(kAcquire) >> 24 == kReady
+                ? std::optional<Key128>(Key128{n.hint_hi.load(kRelaxed), n.hint_lo.load(kRelaxed)})
+                : std::nullopt;
+      }
+      return s;
+    }
   }
   if (only_pins) p.all_pinned_until_ns.store(earliest_pin_end, kRelease);
   return std::nullopt;

@@ -83,8 +83,11 @@ class RamTier {
 
   // Finds a slot of partition `part` with no lease, no live pin and no
   // recent reference, and moves it to kEvicting. Scans at most two turns of
-  // the partition's clock.
-  std::optional<uint32_t> claim_victim(uint64_t now_ns, size_t part = 0);
+  // the partition's clock. With `next_key`, also says which key sits where
+  // the clock hand now points (nullopt when that slot is not ready): the
+  // likely next victim, whose index record a caller can start loading.
+  std::optional<uint32_t> claim_victim(uint64_t now_ns, size_t part = 0,
+                                       std::optional<Key128>* next_key = nullptr);
   // Returns a kEvicting or kFilling slot to the free list.
   void release_slot(uint32_t slot);
   // Turns a claimed (kEvicting) slot straight into a kFilling one for the
@@ -121,6 +124,9 @@ class RamTier {
     std::atomic<uint32_t> state{0};  // State << 24 | lease count
     std::atomic<uint8_t> referenced{0};
     std::atomic<uint64_t> pin_until_ns{0};
+    // The key again, readable at any time (claim_victim's next_key hint
+    // reads it without holding the slot).
+    std::atomic<uint64_t> hint_hi{0}, hint_lo{0};
     // Written only in kFilling by the owner; stable while kReady.
     Key128 key;
     uint32_t length = 0;

@@ -190,8 +190,12 @@ std::optional<uint32_t> Store::obtain_slot(uint16_t ns) {
   const uint16_t arena = ns_arena_[ns].load(std::memory_order_acquire);
   if (ram_->partition_slots(arena) == 0) return std::nullopt;
   if (auto s = ram_->allocate(arena)) return s;
-  auto victim = ram_->claim_victim(lease_now_ns(), arena);
+  std::optional<Key128> next_victim;
+  auto victim = ram_->claim_victim(lease_now_ns(), arena, &next_victim);
   if (!victim) return std::nullopt;  // every block is leased or pinned
+  // The next eviction's index lookup is a cache miss on a cold record:
+  // start it now, so it overlaps this eviction's work.
+  if (next_victim) index_->prefetch(*next_victim);
   evict_slot(*victim);
   ram_->recycle(*victim);
   return victim;
@@ -339,6 +343,7 @@ Result<std::vector<PutResult>> Store::batch_put(uint16_t ns, std::span<const Key
   KVTIER_RETURN_IF_ERROR(check_ns(ns));
   // Validate everything first so a bad item changes nothing.
   for (size_t i = 0; i < keys.size(); ++i) {
+    if (i + Index::kPrefetchAhead < keys.size()) index_->prefetch(keys[i + Index::kPrefetchAhead]);
     KVTIER_RETURN_IF_ERROR(check_key(keys[i]));
     if (auto existing = index_->find(keys[i]); existing && existing->ns != ns) {
       return foreign_key_error(keys[i]);

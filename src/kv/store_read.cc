@@ -61,7 +61,11 @@ Result<std::vector<GetResult>> Store::batch_get(uint16_t ns, std::span<const Bat
 // holds, and buffers that do not overlap (a disk read completing into one must
 // not be clobbered by another item's copy).
 Status Store::check_batch_get(uint16_t ns, std::span<const BatchGetItem> items) const {
-  for (const auto& it : items) {
+  for (size_t i = 0; i < items.size(); ++i) {
+    const auto& it = items[i];
+    if (i + Index::kPrefetchAhead < items.size()) {
+      index_->prefetch(items[i + Index::kPrefetchAhead].key);
+    }
     KVTIER_RETURN_IF_ERROR(check_key(it.key));
     if (it.out.empty()) return Status::invalid_argument("get into an empty buffer");
     auto rec = index_->find(it.key);

@@ -13,8 +13,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "blk/block_device.h"
@@ -42,9 +42,22 @@ class SparsePageDevice : public blk::FixedGeometryDevice {
   uint64_t bytes_held() const;
 
  private:
+  // A page's bytes up to its last non-zero one (size 0: never written, or
+  // all zeros).
+  struct StoredPage {
+    std::unique_ptr<std::byte[]> bytes;
+    uint32_t size = 0;
+  };
+  // Pages are found by number in chunks of kChunkPages, each allocated on its
+  // first write: one lookup per page, no hashing, and untouched stretches of
+  // a huge volume cost a null pointer per chunk.
+  static constexpr uint64_t kChunkPages = 1u << 16;
+  const StoredPage* find_page(uint64_t page) const KVTIER_REQUIRES(mu_);
+  StoredPage& page_to_write(uint64_t page) KVTIER_REQUIRES(mu_);
+
   mutable Mutex mu_;
-  // page number -> the page's bytes up to its last non-zero one
-  std::unordered_map<uint64_t, std::vector<std::byte>> pages_ KVTIER_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<StoredPage[]>> chunks_ KVTIER_GUARDED_BY(mu_);
+  uint64_t pages_held_ KVTIER_GUARDED_BY(mu_) = 0;
   uint64_t bytes_held_ KVTIER_GUARDED_BY(mu_) = 0;
   blk::DeviceCounters io_;
 };
