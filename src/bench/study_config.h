@@ -130,6 +130,10 @@ struct StudyOptions {
   // (kv::StoreOptions::promote_in_background). The simulator turns it off,
   // so that no decision of a run depends on thread timing.
   bool background_promotion = true;
+  // A disk-tier hit is copied back into the RAM tier (kvtier's policy,
+  // kv::StoreOptions::promote_on_disk_hit). Off: the disk tier serves it and
+  // RAM keeps what it had, as Mooncake Store's disk tier does.
+  bool promote_on_disk_hit = true;
   // Store nodes (the simulator only): the RAM and disk tiers are split
   // evenly over this many kv::Stores under the cluster's rendezvous
   // placement (net::ClusterStore::over_stores). Each node has its own RAM,

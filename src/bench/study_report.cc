@@ -57,6 +57,19 @@ double disk_load_rate(const CaseResult& r) {
 }
 
 // The prefill-to-decode transfer: bytes, and where it really ran, its frames and rate.
+// The deployment's device bytes: the simulator's own count, else the
+// testbed's scaled.
+double device_read_bytes(const CaseResult& r) {
+  return r.deployment_device_read_bytes >= 0
+             ? r.deployment_device_read_bytes
+             : static_cast<double>(r.device_read_bytes) * r.byte_scale;
+}
+double device_write_bytes(const CaseResult& r) {
+  return r.deployment_device_write_bytes >= 0
+             ? r.deployment_device_write_bytes
+             : static_cast<double>(r.device_write_bytes) * r.byte_scale;
+}
+
 void add_transfer_json(nlohmann::json& j, const CaseResult& r, double scale) {
   j["network_bytes"] = static_cast<double>(r.network_bytes) * scale;
   j["pd_transfer"] = r.pd_transfer;
@@ -146,9 +159,9 @@ nlohmann::json case_json(const CaseResult& r, const CaseResult* recompute, const
   }
   // Deployment-equivalent bytes (stored bytes x byte scale).
   j["device_reads"] = r.device_reads;
-  j["device_read_bytes"] = static_cast<double>(r.device_read_bytes) * scale;
+  j["device_read_bytes"] = device_read_bytes(r);
   j["device_writes"] = r.device_writes;
-  j["device_write_bytes"] = static_cast<double>(r.device_write_bytes) * scale;
+  j["device_write_bytes"] = device_write_bytes(r);
   j["ram_eviction_cycles"] = r.ram_evictions;
   j["ram_eviction_bytes"] = static_cast<double>(r.ram_eviction_bytes) * scale;
   add_transfer_json(j, r, scale);
@@ -387,8 +400,7 @@ std::string results_table(const std::vector<CaseResult>& results, const std::str
         percentile(r.ttft_s, 90), percentile(r.ttft_s, 99),
         100 * safe_ratio(static_cast<double>(r.hbm_hit_blocks), blocks),
         100 * safe_ratio(static_cast<double>(r.store_hit_blocks), blocks), r.store_load_events,
-        bytes_h(static_cast<double>(r.device_read_bytes) * r.byte_scale),
-        bytes_h(static_cast<double>(r.device_write_bytes) * r.byte_scale),
+        bytes_h(device_read_bytes(r)), bytes_h(device_write_bytes(r)),
         100 * safe_ratio(static_cast<double>(r.stayed_turns), static_cast<double>(r.later_turns)));
   }
   return md;

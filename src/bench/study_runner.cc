@@ -20,6 +20,7 @@
 #include "engine/hbm_prefix_pool.h"
 #include "engine/kv_connector.h"
 #include "engine/load_planner.h"
+#include "kv/disk_format.h"
 #include "kv/ram_tier.h"
 #include "kv/store.h"
 #include "net/cluster/cluster_store.h"
@@ -342,6 +343,7 @@ Result<std::unique_ptr<kv::Store>> Run::open_store_node(uint64_t ram_slots, uint
     }
   }
   so.promote_in_background = o_.background_promotion;
+  so.promote_on_disk_hit = o_.promote_on_disk_hit;
   if (o_.time_lease_s > 0) {
     so.time_lease_ms = static_cast<uint64_t>(o_.time_lease_s * 1000);
     so.lease_clock_ns = [this] { return virtual_now_ns_.load(std::memory_order_relaxed); };
@@ -776,6 +778,17 @@ Result<CaseResult> Run::run() {
     res_.device_read_bytes = st.disk.bytes_read;
     res_.device_writes = st.disk.region_writes;
     res_.device_write_bytes = st.disk.bytes_written;
+    if (o_.make_volume) {
+      // The simulator's entries are a page or two of a few bytes: count the
+      // deployment's entry (header page and payload pages) for each entry
+      // read and each entry written (demoted or put straight to disk).
+      const double entry = static_cast<double>(kv::disk::entry_bytes(
+          static_cast<uint64_t>(o_.profile.real_tokens(w_.block_tokens) *
+                                static_cast<double>(o_.profile.kv_bytes_per_token))));
+      res_.deployment_device_read_bytes = static_cast<double>(st.disk.reads) * entry;
+      res_.deployment_device_write_bytes =
+          static_cast<double>(st.demotions + st.disk_direct_puts) * entry;
+    }
   }
   for (const auto& rx : receivers_) {
     const auto s = rx->stats();

@@ -83,6 +83,10 @@ struct CaseResult {
   uint64_t ram_evictions = 0, ram_eviction_bytes = 0;
   uint64_t device_reads = 0, device_read_bytes = 0;
   uint64_t device_writes = 0, device_write_bytes = 0;
+  // The simulator's device bytes in deployment bytes (its own volume holds
+  // entries of a few bytes, so device_*_bytes x byte_scale means nothing
+  // there); negative in the testbed, where device_*_bytes x byte_scale is it.
+  double deployment_device_read_bytes = -1, deployment_device_write_bytes = -1;
   // Prefill-to-decode transfer. network_bytes are stored bytes (multiply by
   // byte_scale): with "loopback", the frame bytes the prefill replicas wrote
   // to their sockets; with "modeled", the KV of the prompts at the stored

@@ -376,6 +376,10 @@ void add_service_options(CLI::App* cmd, const std::shared_ptr<StudyCli>& cli) {
          "still helps)")
       ->check(CLI::IsMember({"load", "race"}))
       ->default_str("race");
+  cmd->add_flag(
+      "--no-promote", [cli](int64_t) { cli->run.study.promote_on_disk_hit = false; },
+      "Serve disk-tier hits without copying them back into the RAM tier, as Mooncake Store's "
+      "disk tier does (default: kvtier's policy, promote them)");
   cmd->add_option("--time-lease", cli->run.study.time_lease_s,
                   "Mooncake Store's lease semantics instead of kvtier's, seconds: every put and "
                   "every read leases a RAM block this long, and a RAM tier whose blocks are all "

@@ -57,7 +57,9 @@ TEST(ClusterConfig, RejectsWhatItCannotUse) {
   for (const char* text : bad) {
     auto o = parse_cluster_client_config(text);
     EXPECT_FALSE(o.ok()) << text;
-    if (!o.ok()) EXPECT_EQ(o.status().code(), StatusCode::kInvalidArgument) << text;
+    if (!o.ok()) {
+      EXPECT_EQ(o.status().code(), StatusCode::kInvalidArgument) << text;
+    }
   }
 }
 
