@@ -58,7 +58,7 @@ STATED = [
 def figure(cases, case, name):
     """The simulator's value of `name` for `case`, or None."""
     r = cases.get(case)
-    if not isinstance(r, dict) or not r.get("available", True):
+    if not isinstance(r, dict) or not r.get("available", True) or "throughput_rps" not in r:
         return None
     span = r["completed"] / r["throughput_rps"] if r.get("throughput_rps") else 0
     if name == "throughput req/s":
@@ -71,7 +71,7 @@ def figure(cases, case, name):
     if name == "TTFT p99 s":
         return r["ttft_p99_s"]
     if name == "TTFT p50 >96K s":
-        return r["ttft_by_group"].get(">96K", {}).get("p50_s")
+        return r.get("ttft_by_group", {}).get(">96K", {}).get("p50_s")
     if name == "RAM eviction TB":
         return r["ram_eviction_bytes"] / 1e12
     if name == "device reads TiB":

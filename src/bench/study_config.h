@@ -122,8 +122,8 @@ struct StudyOptions {
   // whatever the others do (the testbed measures each call alone).
   bool shared_disk = false;
   // Mooncake Store's lease semantics instead of kvtier's (kv::StoreOptions::
-  // time_lease_ms), in virtual seconds: puts and reads lease a RAM block this
-  // long, and a RAM tier whose blocks are all leased refuses writes. 0:
+  // time_lease_ms), in virtual seconds: lookups and reads lease a RAM block
+  // this long, and a RAM tier whose blocks are all leased refuses writes. 0:
   // kvtier's policy (one-transfer read leases, demotion instead of refusal).
   double time_lease_s = 0;
   // The store promotes disk hits on a background thread

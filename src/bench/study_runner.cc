@@ -72,6 +72,10 @@ Result<std::shared_ptr<blk::BlockDevice>> open_raid0_volume(const StudyOptions& 
   return std::shared_ptr<blk::BlockDevice>(std::move(*raid));
 }
 
+// Set on a replica thread for the duration of a save: the virtual time at
+// which the saved blocks exist (the store's lease clock reads it).
+thread_local std::optional<uint64_t> save_time_ns;
+
 // What a PD send job hands back to the event loop.
 using TransferJob = Result<serve::TransferOutcome>;
 
@@ -346,7 +350,9 @@ Result<std::unique_ptr<kv::Store>> Run::open_store_node(uint64_t ram_slots, uint
   so.promote_on_disk_hit = o_.promote_on_disk_hit;
   if (o_.time_lease_s > 0) {
     so.time_lease_ms = static_cast<uint64_t>(o_.time_lease_s * 1000);
-    so.lease_clock_ns = [this] { return virtual_now_ns_.load(std::memory_order_relaxed); };
+    so.lease_clock_ns = [this] {
+      return save_time_ns ? *save_time_ns : virtual_now_ns_.load(std::memory_order_relaxed);
+    };
   }
   return kv::Store::open(so);
 }
@@ -611,7 +617,15 @@ Status Run::after_prefill(size_t pi, uint32_t id, std::span<const kv::Key128> ke
   if (p.connector && store_matched < keys.size()) {
     engine::KvConnector* connector = p.connector.get();
     auto rest = keys.subspan(store_matched);
-    p.save = p.worker->submit([connector, rest] { return connector->save(rest); });
+    // The blocks exist from prefill_end: the store's lease clock reads that
+    // time during the save, whatever the event loop's time is meanwhile.
+    const auto at_ns = static_cast<uint64_t>(prefill_end * 1e9);
+    p.save = p.worker->submit([connector, rest, at_ns] {
+      save_time_ns = at_ns;
+      auto r = connector->save(rest);
+      save_time_ns.reset();
+      return r;
+    });
     p.save_after = prefill_end;
     if (!o_.overlap_replicas) KVTIER_RETURN_IF_ERROR(finish_save(p, scale));
   }
@@ -785,9 +799,13 @@ Result<CaseResult> Run::run() {
       const double entry = static_cast<double>(kv::disk::entry_bytes(
           static_cast<uint64_t>(o_.profile.real_tokens(w_.block_tokens) *
                                 static_cast<double>(o_.profile.kv_bytes_per_token))));
-      res_.deployment_device_read_bytes = static_cast<double>(st.disk.reads) * entry;
+      // Reinsertion (hot entries of a reclaimed region written again) reads
+      // and writes an entry too.
+      res_.deployment_device_read_bytes =
+          static_cast<double>(st.disk.reads + st.disk.entries_reinserted) * entry;
       res_.deployment_device_write_bytes =
-          static_cast<double>(st.demotions + st.disk_direct_puts) * entry;
+          static_cast<double>(st.demotions + st.disk_direct_puts + st.disk.entries_reinserted) *
+          entry;
     }
   }
   for (const auto& rx : receivers_) {

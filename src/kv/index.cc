@@ -75,7 +75,8 @@ Index::Index(uint64_t max_entries, unsigned shards)
   uint64_t per_shard = (want + shard_count_ - 1) / shard_count_ + 8;
   shards_ = std::make_unique<Shard[]>(shard_count_);
   total_slots_ = per_shard * shard_count_;
-  table_memory_ = AlignedBuffer(total_slots_ * sizeof(Slot), alignof(Slot), /*zero=*/false);
+  // 64-byte alignment: two slots per cache line, none straddling one.
+  table_memory_ = AlignedBuffer(total_slots_ * sizeof(Slot), 64, /*zero=*/false);
   Slot* all = reinterpret_cast<Slot*>(table_memory_.data());
   for (uint64_t j = 0; j < total_slots_; ++j) {
     Slot* slot = new (&all[j]) Slot;

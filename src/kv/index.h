@@ -104,9 +104,10 @@ class Index {
 
   unsigned shard_count_;
   uint64_t total_slots_;
-  // Every shard's table in one mapping with transparent huge pages: a
-  // lookup is a random access into tens or hundreds of megabytes, and with
-  // 4 KiB pages nearly each one also misses the TLB.
+  // Every shard's table in one allocation, from 2 MiB up a mapping with
+  // transparent huge pages: a lookup is a random access into tens or
+  // hundreds of megabytes, and with 4 KiB pages nearly each one also misses
+  // the TLB.
   AlignedBuffer table_memory_;
   std::unique_ptr<Shard[]> shards_;
   struct NamespaceCounters {

@@ -1,5 +1,6 @@
 #include "sim/fleet_study.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -32,8 +33,14 @@ std::vector<FleetJob> plan_jobs(const FleetStudyOptions& o) {
       jobs.push_back({"point", o.point_width, c, p});
     }
   }
-  jobs.push_back({"point", o.point_width, StudyCase::kC, o.lease_row});
-  jobs.push_back({"point", o.point_width, StudyCase::kD, o.lease_row});
+  // The lease row, unless a policy above already runs that lease.
+  const bool known = std::any_of(o.policies.begin(), o.policies.end(), [&](const StorePolicy& p) {
+    return p.time_lease_s == o.lease_row.time_lease_s;
+  });
+  if (!known) {
+    jobs.push_back({"point", o.point_width, StudyCase::kC, o.lease_row});
+    jobs.push_back({"point", o.point_width, StudyCase::kD, o.lease_row});
+  }
   return jobs;
 }
 
@@ -65,10 +72,10 @@ double cv_of(const std::vector<double>& v) {
 
 constexpr double kGiB = 1ull << 30;
 
-nlohmann::json run_json(const FleetRun& run) {
+nlohmann::json run_json(const FleetRun& run, double window_s) {
   const auto& r = run.result;
   const double blocks = static_cast<double>(r.prompt_blocks);
-  const auto windows = run.window_bytes();
+  const auto windows = run.window_bytes(window_s);
   return {
       {"part", run.part},
       {"width", run.width},
@@ -109,11 +116,13 @@ bench::Workload fleet_workload(uint32_t sessions, uint64_t seed) {
   return bench::make_synthetic_agentic_workload(wo);
 }
 
-std::vector<double> FleetRun::window_bytes() const {
+std::vector<double> FleetRun::window_bytes(double window_s) const {
   const auto& by_window = result.store_load_bytes_by_window;
+  // The windows that ended before the run did; a window without loads is 0.
+  const auto full = window_s > 0 ? static_cast<size_t>(result.last_end_s / window_s) : 0;
   std::vector<double> out;
-  for (size_t i = 1; i + 1 < by_window.size(); ++i) {
-    out.push_back(static_cast<double>(by_window[i]) * result.byte_scale);
+  for (size_t i = 1; i < full; ++i) {
+    out.push_back(i < by_window.size() ? static_cast<double>(by_window[i]) * result.byte_scale : 0);
   }
   return out;
 }
@@ -163,7 +172,7 @@ Result<FleetStudyReport> run_fleet_study(
 
 nlohmann::json FleetStudyReport::json() const {
   nlohmann::json rows = nlohmann::json::array();
-  for (const auto& r : runs) rows.push_back(run_json(r));
+  for (const auto& r : runs) rows.push_back(run_json(r, options.window_s));
   nlohmann::json j = {{"benchmark", "sim-fleet"},
                       {"point_width", options.point_width},
                       {"window_s", options.window_s},
@@ -196,7 +205,7 @@ std::string FleetStudyReport::markdown() const {
       options.study.profile.prefill_tokens_per_s);
   for (const auto& r : runs) {
     if (r.part != "sweep") continue;
-    const auto j = run_json(r);
+    const auto j = run_json(r, options.window_s);
     md += fmt::format("| {} | {} | {:.2f}% | {:.1f}% | {:.1f}% | {:.1f}% |\n", r.width, r.policy,
                       100 * j["gross_busy_time_saved_ratio"].get<double>(),
                       100 * j["hbm_hit_share"].get<double>(),
@@ -209,7 +218,7 @@ std::string FleetStudyReport::markdown() const {
       options.point_width, options.window_s);
   for (const auto& r : runs) {
     if (r.part != "point") continue;
-    const auto j = run_json(r);
+    const auto j = run_json(r, options.window_s);
     md += fmt::format(
         "| {} {} | {} | {:.2f}% | {:.1f}% | {:.1f}%, {:.1f} | {:.1f}, {:.0f}% ({} windows) |\n",
         bench::case_spec(r.id).letter, bench::case_spec(r.id).name, r.policy,

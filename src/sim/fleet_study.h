@@ -61,9 +61,10 @@ struct FleetRun {
   std::string policy;
   bench::CaseResult result;
 
-  // The store's bytes served per full window (deployment bytes), the first
-  // window (warm-up) and the last (partial) left out.
-  std::vector<double> window_bytes() const;
+  // The store's bytes served per full window of `window_s` (deployment
+  // bytes), from the second window (the first is warm-up) to the last that
+  // ended before the run did.
+  std::vector<double> window_bytes(double window_s) const;
   // Refused share of the blocks the saves offered.
   double refused_write_share() const;
 };

@@ -37,7 +37,7 @@ TEST(FleetStudy, LeasesRefuseWritesTheDiskTierAddsAndWidthRaisesTheSaving) {
   // The disk tier serves what RAM evicted.
   EXPECT_GT(d->result.gross_busy_saved_ratio, c->result.gross_busy_saved_ratio);
   EXPECT_GT(d->result.store_blocks_from_disk, 0u);
-  EXPECT_FALSE(d->window_bytes().empty());
+  EXPECT_FALSE(d->window_bytes(o.window_s).empty());
   // A wider fleet turns HBM over faster: the store saves more.
   const auto* narrow = report->find("sweep", 2, StudyCase::kD, "kvtier");
   const auto* wide = report->find("sweep", 12, StudyCase::kD, "kvtier");

@@ -5,6 +5,8 @@
 #include <memory>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "sim/fleet_study.h"
 #include "sim/sim_profile.h"
 #include "tools/commands.h"
@@ -106,9 +108,7 @@ void add_sim_fleet_command(CLI::App* sim) {
   cmd->add_flag("--json", cli->json, "Print one JSON object instead of the tables");
   cmd->add_flag("--quiet", cli->quiet, "No progress");
   cmd->callback([cli] {
-    cli->study.lease_row.name =
-        "mooncake-" + std::to_string(static_cast<long long>(cli->study.lease_row.time_lease_s)) +
-        "s";
+    cli->study.lease_row.name = fmt::format("mooncake-{:g}s", cli->study.lease_row.time_lease_s);
     std::exit(run_fleet(*cli));
   });
 }

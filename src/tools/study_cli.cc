@@ -206,7 +206,10 @@ std::optional<engine::EngineProfile> choose_profile(const StudyCli& cli,
 }  // namespace
 
 std::string find_plot_script(const std::string& name) {
-  if (const char* env = std::getenv("KVTIER_PLOT_SCRIPT")) return env;
+  // $KVTIER_PLOT_SCRIPT stands for the study's script only.
+  if (const char* env = std::getenv("KVTIER_PLOT_SCRIPT"); env && name == "plot_study.py") {
+    return env;
+  }
   std::error_code ec;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) {
@@ -319,7 +322,8 @@ void add_workload_options(CLI::App* cmd, const std::shared_ptr<StudyCli>& cli) {
   cmd->add_flag("--fleet-steady,!--fleet-batch", cli->fleet_steady,
                 "Fleet: steady state (staggered starts, a finished session replaced at once; the "
                 "default) or batch (groups of sessions start together)");
-  cmd->add_option("--fleet-pause", cli->fleet_pause_s, "Fleet: pause between turns, seconds")
+  cmd->add_option("--fleet-pause", cli->fleet_pause_s,
+                  "Fleet: pause between turns, or between rounds with --fleet-rounds, seconds")
       ->capture_default_str();
   cmd->add_option("--fleet-rounds", cli->fleet_rounds,
                   "Fleet: rounds per session; turns within a round follow each other at once and "
@@ -380,11 +384,12 @@ void add_service_options(CLI::App* cmd, const std::shared_ptr<StudyCli>& cli) {
       "--no-promote", [cli](int64_t) { cli->run.study.promote_on_disk_hit = false; },
       "Serve disk-tier hits without copying them back into the RAM tier, as Mooncake Store's "
       "disk tier does (default: kvtier's policy, promote them)");
-  cmd->add_option("--time-lease", cli->run.study.time_lease_s,
-                  "Mooncake Store's lease semantics instead of kvtier's, seconds: every put and "
-                  "every read leases a RAM block this long, and a RAM tier whose blocks are all "
-                  "leased refuses writes (0: kvtier's policy, read leases of one transfer and "
-                  "demotion instead of refusal; the fleet study's Mooncake ran 300)")
+  cmd->add_option(
+         "--time-lease", cli->run.study.time_lease_s,
+         "Mooncake Store's lease semantics instead of kvtier's, seconds: every lookup "
+         "and every read leases a RAM block this long, and a RAM tier whose blocks are all "
+         "leased refuses writes (0: kvtier's policy, read leases of one transfer and "
+         "demotion instead of refusal; the fleet study's Mooncake ran 300)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
 }

@@ -48,7 +48,8 @@ struct StudyCli {
   bool quiet = false;
 };
 
-// A plotting script of scripts/ (`name`): $KVTIER_PLOT_SCRIPT, else the one
+// A plotting script of scripts/ (`name`): for plot_study.py
+// $KVTIER_PLOT_SCRIPT when set, else the one
 // next to the source tree the binary was built in (build/src/tools/kvtier),
 // else under the working directory; "" when none is found.
 std::string find_plot_script(const std::string& name);

@@ -99,8 +99,9 @@ class ClusterStore final : public KvStore {
   // With etcd, reads the node set once (an error if etcd cannot be read) and
   // starts polling.
   static Result<std::unique_ptr<ClusterStore>> open(const ClusterStoreOptions& options);
-  // A fixed cluster of in-process stores, (node id, store) each, with the
-  // same placement, splitting and merging; the stores must outlive it. Its
+  // A fixed cluster of in-process stores, (node id, store) each (a repeated
+  // id is kept once), with the same placement, splitting and merging; the
+  // stores must outlive it. Its
   // calls to the nodes run one after another on the caller's thread. The
   // simulator's store nodes (StudyOptions::store_nodes).
   static std::unique_ptr<ClusterStore> over_stores(
