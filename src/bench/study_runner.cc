@@ -1,242 +1,14 @@
 #include "bench/study_runner.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <deque>
-#include <filesystem>
-#include <future>
-#include <queue>
-#include <unordered_map>
 
 #include "bench/study_metrics.h"
-#include "blk/dev/uring_device.h"
-#include "blk/raid/raid0.h"
-#include "common/flat_insert_map.h"
-#include "engine/engine.h"
-#include "engine/hbm_prefix_pool.h"
-#include "engine/kv_connector.h"
-#include "engine/load_planner.h"
-#include "kv/disk_format.h"
-#include "kv/ram_tier.h"
-#include "kv/store.h"
-#include "net/cluster/cluster_store.h"
-#include "nvmf/host_device.h"
-#include "nvmf/target.h"
-#include "serve/kv_transfer.h"
-#include "serve/replica_worker.h"
-#include "serve/router.h"
+#include "bench/study_run.h"
 
 namespace kvtier::bench {
-
-namespace {
-
-constexpr uint64_t kRaidStripBytes = 1ull << 20;
-
-// Volume files of one run, removed when the run ends.
-struct VolumeFiles {
-  std::vector<std::string> paths;
-  ~VolumeFiles() {
-    for (const auto& p : paths) ::unlink(p.c_str());
-  }
-};
-
-Result<std::shared_ptr<blk::BlockDevice>> open_raid0_volume(const StudyOptions& o, uint64_t bytes,
-                                                            VolumeFiles* files) {
-  std::vector<std::shared_ptr<blk::BlockDevice>> members;
-  const uint64_t per_member =
-      align_up(std::max<uint64_t>(bytes / 2, 4 * kStudyRegionBytes), kRaidStripBytes);
-  for (int i = 0; i < 2; ++i) {
-    const std::string path =
-        (std::filesystem::path(o.volume_dir) /
-         ("kvtier-study-" + std::to_string(::getpid()) + "-" + std::to_string(i) + ".vol"))
-            .string();
-    ::unlink(path.c_str());
-    files->paths.push_back(path);
-    blk::UringOptions uo;
-    uo.path = path;
-    uo.create_size = per_member;
-    uo.queue_depth = 64;
-    uo.direct = true;
-    auto dev = blk::UringDevice::open(uo);
-    if (!dev.ok()) {
-      return Status(dev.status().code(), "volume file " + path + ": " + dev.status().message());
-    }
-    members.push_back(std::shared_ptr<blk::BlockDevice>(std::move(*dev)));
-  }
-  auto raid = blk::Raid0::create(std::move(members), kRaidStripBytes);
-  if (!raid.ok()) return raid.status();
-  return std::shared_ptr<blk::BlockDevice>(std::move(*raid));
-}
-
-// Set on a replica thread for the duration of a save: the virtual time at
-// which the saved blocks exist (the store's lease clock reads it).
-thread_local std::optional<uint64_t> save_time_ns;
-
-// What a PD send job hands back to the event loop.
-using TransferJob = Result<serve::TransferOutcome>;
-
-struct Inflight {
-  const TraceRequest* req = nullptr;
-  double dispatch_s = 0;
-  size_t prefill = 0, decode = 0;
-  double ttft_s = 0;
-  double prefill_end = 0;
-  std::future<TransferJob> transfer;  // loopback PD send in flight
-  double modeled_transfer_s = 0;      // --pd-transfer modeled
-};
-
-struct PrefillReplica {
-  std::deque<uint32_t> queue;  // inflight ids waiting
-  bool busy = false;
-  uint32_t current = 0;  // inflight id in service while busy
-  // Saves are write-behind: they overlap the replica's next compute, but the
-  // replica's next store load waits for them (one store path per replica).
-  double save_free_at = 0;
-  double score = 0;  // deployment tokens queued or in service
-  std::unique_ptr<engine::HbmPrefixPool> pool;
-  engine::LoadRateTracker load_rates;  // charged seconds per block, per tier
-  // The replica's own thread and store connection.
-  std::unique_ptr<serve::ReplicaWorker> worker;
-  std::unique_ptr<engine::KvConnector> connector;
-  // The write-behind save of the last request, and when its prefill ended.
-  std::optional<std::future<Result<engine::SaveOutcome>>> save;
-  double save_after = 0;
-};
-
-enum class EvKind : uint8_t { kArrive, kSaveDone, kPrefillFree, kTransferDone, kDecodeDone };
-struct Event {
-  double t;
-  uint64_t seq;
-  EvKind kind;
-  // kArrive: pending issue index; kSaveDone, kPrefillFree: replica; else inflight id
-  uint32_t idx;
-  bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
-};
-
-// Where one request's cached prefix came from and what its load cost.
-struct PrefixLoad {
-  size_t hbm = 0;            // blocks served from the replica's HBM pool
-  size_t cached = 0;         // blocks served from HBM or the store
-  size_t load_from = 0;      // under the race, [hbm, load_from) is recomputed during the load
-  size_t store_matched = 0;  // blocks the store already holds
-  double load_s = 0;         // the load's time, as charged (measured, or modeled in tests)
-  double disk_s = 0;         // of which reading disk-served blocks
-  double load_wall_s = 0;    // the load's measured wall time
-};
-
-class Run {
- public:
-  Run(const Workload& w, SessionScheduler& s, const std::string& protocol, StudyCase c,
-      const StudyOptions& o, const std::function<void(const RunProgress&)>& progress)
-      : w_(w), sched_(s), spec_(case_spec(c)), o_(o), engine_(o.profile), progress_(progress) {
-    res_.protocol = protocol;
-    res_.id = c;
-    res_.byte_scale = o.profile.byte_scale();
-  }
-
-  // The replica threads end first: a job still queued after an error uses
-  // the store, the senders and the receivers.
-  ~Run() {
-    for (auto& p : prefills_) p.worker.reset();
-  }
-
-  Result<CaseResult> run();
-
- private:
-  Status setup();
-  // setup()'s store: its tiers sized in the deployment's blocks, its volume,
-  // and each replica's connector.
-  Status setup_store(const kv::Namespace& ns);
-  void push(double t, EvKind k, uint32_t idx) { events_.push({t, seq_++, k, idx}); }
-  // Measured store and transfer seconds x this = virtual seconds charged.
-  double charge_scale() const {
-    return o_.store_charge_scale > 0 ? o_.store_charge_scale : o_.profile.byte_scale();
-  }
-  // With modeled_store: the rates of this case's disk-tier loads and of its
-  // saves (case E over its remote link, case F by the direct path).
-  double modeled_disk_load_rate() const;
-  double modeled_save_rate() const;
-  // A modeled per-node rate as the deployment's: summed over the store
-  // nodes, capped by the host's link.
-  double over_nodes(double per_node_rate) const;
-  // setup_store's store of one node, with these many RAM slots and disk blocks.
-  Result<std::unique_ptr<kv::Store>> open_store_node(uint64_t ram_slots, uint64_t disk_blocks);
-  void accept_issues(const std::vector<Issue>& issues, double now);
-  void dispatch(const TraceRequest* req, double now);
-  Status start_prefill(size_t p, double now);
-  // start_prefill's steps: the store load (after `hbm` blocks from the HBM
-  // pool), the books on which blocks were served and from where, and the
-  // write-behind save and PD transfer once prefill ends.
-  Result<PrefixLoad> load_from_store(PrefillReplica& p, std::span<const kv::Key128> keys,
-                                     size_t hbm, double scale);
-  void count_served_blocks(const TraceRequest& r, std::span<const kv::Key128> keys,
-                           const PrefixLoad& load);
-  Status after_prefill(size_t pi, uint32_t id, std::span<const kv::Key128> keys,
-                       size_t store_matched, double prefill_end, double scale);
-  Status setup_pd_transfer();
-  // Starts moving request `id`'s KV to its decode replica (on prefill
-  // replica `p`'s thread).
-  void start_pd_transfer(size_t p, uint32_t id, std::span<const kv::Key128> keys);
-  // Waits for that transfer; returns the seconds charged to its first token.
-  Result<double> finish_pd_transfer(uint32_t id, double charge_scale);
-  // Waits for replica `p`'s write-behind save, if any, and books it.
-  Status finish_save(PrefillReplica& p, double scale);
-  Status on_transfer_done(uint32_t id);
-  void on_decode_done(uint32_t id, double now);
-  const std::vector<kv::Key128>& keys_of(const TraceRequest& r);
-  Result<std::shared_ptr<blk::BlockDevice>> export_over_nvme_tcp(
-      std::shared_ptr<blk::BlockDevice> local);
-
-  const Workload& w_;
-  SessionScheduler& sched_;
-  const CaseSpec& spec_;
-  const StudyOptions& o_;
-  engine::ModeledEngine engine_;
-  std::function<void(const RunProgress&)> progress_;
-  CaseResult res_;
-
-  VolumeFiles files_;
-  // Case E: kvtier's NVMe/TCP target serves the RAID0 volume on loopback and
-  // the store reaches it through kvtier's NVMe/TCP host.
-  std::unique_ptr<nvmf::NvmfTarget> target_;
-  // The store: one kv::Store, or with StudyOptions::store_nodes > 1 one per
-  // node under a cluster client; store_ is what the connectors call.
-  std::vector<std::unique_ptr<kv::Store>> nodes_;
-  std::unique_ptr<net::ClusterStore> cluster_;
-  KvStore* store_ = nullptr;
-  // The event loop's virtual time, the clock of the store's time leases
-  // (read on replica threads).
-  std::atomic<uint64_t> virtual_now_ns_{0};
-  uint16_t ns_ = 0;
-  kv::Key128 ns_digest_;
-  uint32_t block_bytes_ = 0;
-
-  std::vector<std::vector<std::vector<kv::Key128>>> keys_;  // [session][turn]
-  // The session that first touched each block (same- or cross-session reuse).
-  FlatInsertMap<kv::Key128, uint32_t, kv::Key128Hash> first_session_;
-  std::unique_ptr<serve::SoftStickyRouter> router_;
-  std::vector<PrefillReplica> prefills_;
-  // Loopback PD transfer: one receiver per decode replica, one sender per
-  // prefill replica (each keeps a connection to every decode replica).
-  std::vector<std::unique_ptr<serve::KvTransferReceiver>> receivers_;
-  std::vector<std::unique_ptr<serve::KvTransferSender>> senders_;
-  std::vector<double> decode_budget_;
-  std::vector<Inflight> inflight_;
-  // Per prefill replica: [dispatch, completion] of the requests it served.
-  std::vector<std::vector<std::pair<double, double>>> busy_;
-  std::vector<Issue> pending_;  // issues waiting for their time (index = event idx)
-  std::deque<const TraceRequest*> client_queue_;
-  uint32_t in_flight_ = 0;
-  double disk_free_at_ = 0;  // StudyOptions::shared_disk: when the volume is next free
-  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
-  uint64_t seq_ = 0;
-  uint64_t total_ = 0;
-  bool started_any_ = false;
-};
+namespace study_run {
 
 Status Run::setup() {
   if (o_.prefill_replicas == 0 || o_.decode_replicas == 0) {
@@ -278,110 +50,6 @@ Status Run::setup() {
 
   if (!spec_.store) return Status::ok_status();
   return setup_store(ns);
-}
-
-Status Run::setup_store(const kv::Namespace& ns) {
-  // As many RAM slots as the deployment's RAM holds blocks (a slot is larger
-  // than the block, which matters for the simulator's blocks of a few bytes).
-  const double deployment_block_bytes =
-      o_.profile.real_tokens(w_.block_tokens) * static_cast<double>(o_.profile.kv_bytes_per_token);
-  const auto ram_slots =
-      static_cast<uint64_t>(static_cast<double>(o_.ram_bytes) / deployment_block_bytes);
-  const auto disk_blocks =
-      static_cast<uint64_t>(static_cast<double>(o_.disk_bytes) / deployment_block_bytes);
-  const uint32_t n_nodes = std::max<uint32_t>(o_.store_nodes, 1);
-  if (n_nodes > 1 && (!o_.modeled_store || !o_.make_volume)) {
-    return Status::invalid_argument("store nodes above 1 are the simulator's (kvtier sim)");
-  }
-  std::vector<std::pair<std::string, KvStore*>> members;
-  for (uint32_t n = 0; n < n_nodes; ++n) {
-    auto node = open_store_node(ram_slots / n_nodes, disk_blocks / n_nodes);
-    if (!node.ok()) return node.status();
-    nodes_.push_back(std::move(*node));
-    members.emplace_back("node-" + std::to_string(n), nodes_.back().get());
-  }
-  if (n_nodes > 1) {
-    cluster_ = net::ClusterStore::over_stores(members);
-    store_ = cluster_.get();
-  } else {
-    store_ = nodes_.front().get();
-  }
-  // Each replica has its own client and connector (a connector's buffers
-  // belong to one thread); they share the store, as replicas share a service.
-  for (auto& p : prefills_) {
-    auto id = store_->register_namespace(ns);
-    if (!id.ok()) return id.status();
-    ns_ = *id;
-    p.connector = std::make_unique<engine::KvConnector>(store_, ns_, block_bytes_);
-  }
-  return Status::ok_status();
-}
-
-Result<std::unique_ptr<kv::Store>> Run::open_store_node(uint64_t ram_slots, uint64_t disk_blocks) {
-  kv::StoreOptions so;
-  so.max_object_bytes = block_bytes_;
-  so.ram_bytes = spec_.ram_tier
-                     ? std::max<uint64_t>(ram_slots, 1) * kv::RamTier::slot_bytes_for(block_bytes_)
-                     : 0;
-  so.disk.region_bytes = kStudyRegionBytes;
-  so.disk.max_payload_bytes = std::max<uint32_t>(block_bytes_, 4096);
-  so.disk.read_depth = o_.disk_read_depth;
-  // Room in the checkpoint for one entry per block (entries are small here).
-  so.disk.checkpoint_min_entry_bytes = align_up(block_bytes_, 4096);
-  if (spec_.disk_tier) {
-    auto vol =
-        o_.make_volume
-            ? o_.make_volume(disk_blocks)
-            : open_raid0_volume(o_, static_cast<uint64_t>(o_.disk_bytes / o_.profile.byte_scale()),
-                                &files_);
-    if (!vol.ok()) return vol.status();
-    so.volume = *vol;
-    if (spec_.remote_volume && !o_.make_volume) {
-      auto remote = export_over_nvme_tcp(*vol);
-      if (!remote.ok()) {
-        return Status(remote.status().code(),
-                      "case E needs kvtier's NVMe/TCP target and host on loopback: " +
-                          remote.status().message());
-      }
-      so.volume = *remote;
-    }
-  }
-  so.promote_in_background = o_.background_promotion;
-  so.promote_on_disk_hit = o_.promote_on_disk_hit;
-  if (o_.time_lease_s > 0) {
-    so.time_lease_ms = static_cast<uint64_t>(o_.time_lease_s * 1000);
-    so.lease_clock_ns = [this] {
-      return save_time_ns ? *save_time_ns : virtual_now_ns_.load(std::memory_order_relaxed);
-    };
-  }
-  return kv::Store::open(so);
-}
-
-Result<std::shared_ptr<blk::BlockDevice>> Run::export_over_nvme_tcp(
-    std::shared_ptr<blk::BlockDevice> local) {
-  static constexpr const char* kNqn = "nqn.2024-01.io.kvtier:study-volume";
-  static constexpr const char* kHost = "nqn.2024-01.io.kvtier:study-prefill";
-  nvmf::TargetConfig tc;
-  tc.address = "127.0.0.1";
-  tc.port = 0;  // a free port
-  nvmf::SubsystemConfig sub;
-  sub.nqn = kNqn;
-  sub.allowed_hosts = {kHost};
-  sub.namespaces.push_back(std::move(local));
-  tc.subsystems.push_back(std::move(sub));
-  auto target = nvmf::NvmfTarget::start(tc);
-  if (!target.ok()) return target.status();
-  target_ = std::move(*target);
-  nvmf::HostOptions ho;
-  ho.address = "127.0.0.1";
-  ho.port = target_->port();
-  ho.subnqn = kNqn;
-  ho.hostnqn = kHost;
-  ho.io_queues = 4;
-  ho.queue_size = 64;
-  auto host = nvmf::NvmeTcpDevice::connect(ho);
-  if (!host.ok()) return host.status();
-  return std::shared_ptr<blk::BlockDevice>(std::move(*host));
 }
 
 Status Run::setup_pd_transfer() {
@@ -448,44 +116,6 @@ Result<double> Run::finish_pd_transfer(uint32_t id, double charge_scale) {
   const double s = t->wall_s * charge_scale;
   res_.pd_charged_s += s;
   return s;
-}
-
-Status Run::finish_save(PrefillReplica& p, double scale) {
-  if (!p.save) return Status::ok_status();
-  auto save = p.save->get();
-  p.save.reset();
-  if (!save.ok()) return save.status();
-  res_.write_refusals += save->refused;
-  res_.offered_write_blocks += save->stored + save->deduplicated + save->refused;
-  res_.store_save_bytes += save->bytes;
-  res_.store_wall_s += save->wall_s;
-  const double save_s = o_.modeled_store
-                            ? static_cast<double>(save->bytes) / over_nodes(modeled_save_rate())
-                            : save->wall_s;
-  res_.store_charged_s += save_s * scale;
-  p.save_free_at = std::max(p.save_after, p.save_free_at) + save_s * scale;
-  return Status::ok_status();
-}
-
-double Run::modeled_disk_load_rate() const {
-  const auto& m = *o_.modeled_store;
-  if (spec_.remote_volume && m.remote_load_bytes_per_s > 0) return m.remote_load_bytes_per_s;
-  if (!spec_.ram_tier && spec_.disk_tier && m.direct_load_bytes_per_s > 0) {
-    return m.direct_load_bytes_per_s;
-  }
-  return m.disk_load_bytes_per_s;
-}
-
-double Run::modeled_save_rate() const {
-  const auto& m = *o_.modeled_store;
-  if (spec_.remote_volume && m.remote_save_bytes_per_s > 0) return m.remote_save_bytes_per_s;
-  return m.save_bytes_per_s;
-}
-
-double Run::over_nodes(double per_node_rate) const {
-  const double rate = per_node_rate * std::max<uint32_t>(o_.store_nodes, 1);
-  const double cap = o_.modeled_store->host_link_bytes_per_s;
-  return cap > 0 ? std::min(rate, cap) : rate;
 }
 
 const std::vector<kv::Key128>& Run::keys_of(const TraceRequest& r) {
@@ -783,31 +413,7 @@ Result<CaseResult> Run::run() {
   res_.later_turns = rs.later_turns;
   res_.stayed_turns = rs.stayed;
   res_.pair_counts = rs.pair_counts;
-  if (!nodes_.empty()) {
-    kv::StoreStats st = nodes_.front()->local_stats();
-    for (size_t n = 1; n < nodes_.size(); ++n) net::add_store_stats(st, nodes_[n]->local_stats());
-    res_.ram_evictions = st.evictions;
-    res_.ram_eviction_bytes = st.evictions * static_cast<uint64_t>(block_bytes_);
-    res_.device_reads = st.disk.reads;
-    res_.device_read_bytes = st.disk.bytes_read;
-    res_.device_writes = st.disk.region_writes;
-    res_.device_write_bytes = st.disk.bytes_written;
-    if (o_.make_volume) {
-      // The simulator's entries are a page or two of a few bytes: count the
-      // deployment's entry (header page and payload pages) for each entry
-      // read and each entry written (demoted or put straight to disk).
-      const double entry = static_cast<double>(kv::disk::entry_bytes(
-          static_cast<uint64_t>(o_.profile.real_tokens(w_.block_tokens) *
-                                static_cast<double>(o_.profile.kv_bytes_per_token))));
-      // Reinsertion (hot entries of a reclaimed region written again) reads
-      // and writes an entry too.
-      res_.deployment_device_read_bytes =
-          static_cast<double>(st.disk.reads + st.disk.entries_reinserted) * entry;
-      res_.deployment_device_write_bytes =
-          static_cast<double>(st.demotions + st.disk_direct_puts + st.disk.entries_reinserted) *
-          entry;
-    }
-  }
+  book_store_counters();
   for (const auto& rx : receivers_) {
     const auto s = rx->stats();
     res_.pd_received_bytes += s.frame_bytes;
@@ -820,13 +426,13 @@ Result<CaseResult> Run::run() {
   return res_;
 }
 
-}  // namespace
+}  // namespace study_run
 
 Result<CaseResult> run_study_case(const Workload& workload, SessionScheduler& scheduler,
                                   const std::string& protocol, StudyCase c,
                                   const StudyOptions& options,
                                   const std::function<void(const RunProgress&)>& progress) {
-  Run run(workload, scheduler, protocol, c, options, progress);
+  study_run::Run run(workload, scheduler, protocol, c, options, progress);
   return run.run();
 }
 
