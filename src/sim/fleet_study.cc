@@ -96,14 +96,12 @@ nlohmann::json run_json(const FleetRun& run, double window_s) {
 }  // namespace
 
 FleetStudyOptions fleet_testbed_options(const SimProfile& p) {
-  bench::StudyRunOptions run;
-  configure_simulation(p, &run);
+  const bench::StudyRunOptions run = study_connector_run(p);
   FleetStudyOptions o;
   o.study = run.study;
   o.study.prefill_replicas = bench::FleetTestbed::kPrefillReplicas;
   o.study.decode_replicas = bench::FleetTestbed::kDecodeReplicas;
   o.study.ram_bytes = bench::FleetTestbed::kRamBytes;
-  o.study.load_policy = bench::LoadPolicy::kLoadAll;
   o.parallel_runs = run.parallel_runs;
   return o;
 }

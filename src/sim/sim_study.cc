@@ -63,4 +63,11 @@ void configure_simulation(const SimProfile& p, bench::StudyRunOptions* o) {
   o->disk_to_recompute = 0;
 }
 
+bench::StudyRunOptions study_connector_run(const SimProfile& p) {
+  bench::StudyRunOptions run;
+  configure_simulation(p, &run);
+  run.study.load_policy = bench::LoadPolicy::kLoadAll;
+  return run;
+}
+
 }  // namespace kvtier::sim

@@ -29,6 +29,11 @@ engine::EngineProfile sim_engine_profile(const SimProfile& p);
 // Capacities (ram_bytes, disk_bytes, hbm_pool_tokens) are left as given.
 void configure_simulation(const SimProfile& p, bench::StudyRunOptions* o);
 
+// The run options of a simulation with the study's connector (the whole
+// matched prefix loaded, then the rest computed): configure_simulation()
+// plus LoadPolicy::kLoadAll. The fleet study and the sweep start from it.
+bench::StudyRunOptions study_connector_run(const SimProfile& p);
+
 // Volume bytes the disk tier needs to hold `blocks` entries of at most a page
 // of payload in regions of `region_bytes`, with its superblock and
 // checkpoint area.

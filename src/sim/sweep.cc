@@ -100,11 +100,9 @@ double SweepPoint::throughput_vs_recompute() const {
 }
 
 SweepOptions sweep_options(const SimProfile& p) {
-  bench::StudyRunOptions run;
-  configure_simulation(p, &run);
+  const bench::StudyRunOptions run = study_connector_run(p);
   SweepOptions o;
   o.study = run.study;
-  o.study.load_policy = bench::LoadPolicy::kLoadAll;
   o.parallel_runs = run.parallel_runs;
   return o;
 }
