@@ -220,7 +220,11 @@ void Run::count_served_blocks(const TraceRequest& r, std::span<const kv::Key128>
   res_.prompt_blocks += n;
   res_.hbm_hit_blocks += hbm;
   res_.computed_blocks += n - load.cached;
+  constexpr size_t kAhead = 8;  // cold slots whose loads overlap
   for (size_t i = 0; i < n; ++i) {
+    // A growth moves every slot; prefetching the old array then only wastes
+    // a load, so the prefetch needs no care about it.
+    if (i + kAhead < n) first_session_.prefetch(keys[i + kAhead]);
     auto [first, inserted] = first_session_.emplace(keys[i], r.session);
     const bool served = i < hbm || (i >= load.load_from && i < prefix);
     if (served && !inserted) {

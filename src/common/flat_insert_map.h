@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/prefetch.h"
+
 namespace kvtier {
 
 template <typename K, typename V, typename Hash>
@@ -32,6 +34,12 @@ class FlatInsertMap {
     if (slots_.empty()) return nullptr;
     const Slot& s = probe(slots_, key);
     return s.used ? &s.value : nullptr;
+  }
+  // Starts loading `key`'s home slot into the cache. A caller walking many
+  // keys prefetches a few ahead, so the loads of cold slots overlap instead
+  // of costing a cache miss each, one after another.
+  void prefetch(const K& key) const {
+    if (!slots_.empty()) prefetch_for_read(&slots_[Hash{}(key) & (slots_.size() - 1)]);
   }
   size_t size() const { return size_; }
 

@@ -114,7 +114,7 @@ TEST(HbmPrefixPool, AgreesWithAReferenceLru) {
   };
   for (size_t capacity : {size_t{0}, size_t{1}, size_t{37}, size_t{500}}) {
     HbmPrefixPool pool(capacity);
-    ReferenceLru ref{capacity};
+    ReferenceLru ref{capacity, {}, {}, 0};
     std::mt19937_64 rng(capacity + 1);
     for (int round = 0; round < 3000; ++round) {
       // A prompt: a shared stem, then blocks of one of 40 "sessions".

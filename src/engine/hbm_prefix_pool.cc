@@ -1,11 +1,14 @@
 #include "engine/hbm_prefix_pool.h"
 
+#include "common/prefetch.h"
+
 namespace kvtier::engine {
 
 size_t HbmPrefixPool::match_prefix(std::span<const kv::Key128> keys) {
   matched_.clear();
-  for (const kv::Key128& key : keys) {
-    const uint32_t n = find(key);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (i + kPrefetchAhead < keys.size()) prefetch(keys[i + kPrefetchAhead]);
+    const uint32_t n = find(keys[i]);
     if (n == kNone) break;
     matched_.push_back(n);
   }
@@ -20,15 +23,24 @@ void HbmPrefixPool::move_to_front(uint32_t n) {
 }
 
 void HbmPrefixPool::insert(std::span<const kv::Key128> keys) {
-  for (size_t i = keys.size(); i-- > 0;) touch(keys[i]);
+  for (size_t i = keys.size(); i-- > 0;) {
+    if (i >= kPrefetchAhead) prefetch(keys[i - kPrefetchAhead]);
+    touch(keys[i]);
+  }
 }
 
 uint32_t HbmPrefixPool::find(const kv::Key128& key) const {
   if (table_.empty()) return kNone;
   const size_t mask = table_.size() - 1;
-  for (size_t i = home(key);; i = (i + 1) & mask) {
-    if (table_[i] == kNone || nodes_[table_[i]].key == key) return table_[i];
+  const uint32_t hash = hash_of(key);
+  for (size_t i = home(hash);; i = (i + 1) & mask) {
+    const Slot& s = table_[i];
+    if (s.node == kNone || (s.hash == hash && nodes_[s.node].key == key)) return s.node;
   }
+}
+
+void HbmPrefixPool::prefetch(const kv::Key128& key) const {
+  if (!table_.empty()) prefetch_for_read(&table_[home(hash_of(key))]);
 }
 
 void HbmPrefixPool::touch(const kv::Key128& key) {
@@ -47,7 +59,7 @@ void HbmPrefixPool::touch(const kv::Key128& key) {
     nodes_[n].key = key;
     ++evictions_;
   }
-  table_insert(n);
+  table_insert(n, hash_of(key));
   push_front(n);
 }
 
@@ -65,33 +77,36 @@ void HbmPrefixPool::push_front(uint32_t n) {
   head_ = n;
 }
 
-void HbmPrefixPool::table_insert(uint32_t n) {
+void HbmPrefixPool::table_insert(uint32_t n, uint32_t hash) {
   const size_t mask = table_.size() - 1;
-  size_t i = home(nodes_[n].key);
-  while (table_[i] != kNone) i = (i + 1) & mask;
-  table_[i] = n;
+  size_t i = home(hash);
+  while (table_[i].node != kNone) i = (i + 1) & mask;
+  table_[i] = Slot{n, hash};
 }
 
 void HbmPrefixPool::table_erase(const kv::Key128& key) {
   const size_t mask = table_.size() - 1;
-  size_t hole = home(key);
-  while (nodes_[table_[hole]].key != key) hole = (hole + 1) & mask;
+  const uint32_t hash = hash_of(key);
+  size_t hole = home(hash);
+  while (table_[hole].hash != hash || nodes_[table_[hole].node].key != key) {
+    hole = (hole + 1) & mask;
+  }
   // Backward-shift deletion: later entries of the probe run move into the
   // hole unless their home lies cyclically after it, so no lookup ever
   // stops at a hole before its key.
-  for (size_t j = (hole + 1) & mask; table_[j] != kNone; j = (j + 1) & mask) {
-    const size_t h = home(nodes_[table_[j]].key);
+  for (size_t j = (hole + 1) & mask; table_[j].node != kNone; j = (j + 1) & mask) {
+    const size_t h = home(table_[j].hash);
     const bool stays = hole <= j ? (hole < h && h <= j) : (hole < h || h <= j);
     if (stays) continue;
     table_[hole] = table_[j];
     hole = j;
   }
-  table_[hole] = kNone;
+  table_[hole] = Slot{};
 }
 
 void HbmPrefixPool::grow_table() {
-  table_.assign(table_.empty() ? 64 : table_.size() * 2, kNone);
-  for (uint32_t n = 0; n < nodes_.size(); ++n) table_insert(n);
+  table_.assign(table_.empty() ? 64 : table_.size() * 2, Slot{});
+  for (uint32_t n = 0; n < nodes_.size(); ++n) table_insert(n, hash_of(nodes_[n].key));
 }
 
 }  // namespace kvtier::engine

@@ -35,18 +35,34 @@ class HbmPrefixPool {
   // and the key index is an open-addressing table of node numbers, so a
   // lookup or touch costs no allocation and few cache misses.
   static constexpr uint32_t kNone = UINT32_MAX;
+  // Keys whose home slots are prefetched ahead of a walk over a prompt.
+  static constexpr size_t kPrefetchAhead = 8;
   struct Node {
     kv::Key128 key;
     uint32_t prev = kNone, next = kNone;  // towards the most / least recent
   };
 
+  // A table slot keeps the key's hash beside its node number: probes and
+  // the deletion's shifts compare and place by hash without loading the
+  // node (a cache miss each), and load it only when the hashes are equal.
+  struct Slot {
+    uint32_t node = kNone;
+    uint32_t hash = 0;  // the low 32 bits of the key's hash
+  };
+  static uint32_t hash_of(const kv::Key128& key) {
+    return static_cast<uint32_t>(kv::Key128Hash{}(key));
+  }
+
   uint32_t find(const kv::Key128& key) const;  // node number, or kNone
+  void prefetch(const kv::Key128& key) const;  // the key's home slot
   void touch(const kv::Key128& key);
   void move_to_front(uint32_t n);
   void unlink(uint32_t n);
   void push_front(uint32_t n);
-  size_t home(const kv::Key128& key) const { return kv::Key128Hash{}(key) & (table_.size() - 1); }
-  void table_insert(uint32_t n);
+  // The table holds at most 2^32 slots (node numbers are 32-bit), so the
+  // hash's low 32 bits give the home slot.
+  size_t home(uint32_t hash) const { return hash & (table_.size() - 1); }
+  void table_insert(uint32_t n, uint32_t hash);
   void table_erase(const kv::Key128& key);
   void grow_table();
 
@@ -54,7 +70,7 @@ class HbmPrefixPool {
   uint64_t evictions_ = 0;
   std::vector<Node> nodes_;               // at most capacity_; reused from the tail when full
   uint32_t head_ = kNone, tail_ = kNone;  // most and least recent
-  std::vector<uint32_t> table_;           // power of two, at most half full
+  std::vector<Slot> table_;               // power of two, at most half full
   std::vector<uint32_t> matched_;         // match_prefix's nodes, kept for its capacity
 };
 

@@ -196,6 +196,11 @@ Result<std::vector<GetResult>> Store::batch_get_impl(uint16_t ns,
   // disk hits could evict them; then disk reads go out in a sliding window.
   std::vector<std::pair<size_t, IndexRecord>> on_disk;
   for (size_t i = 0; i < items.size(); ++i) {
+    // check_batch_get's loads of a long batch's first records are gone from
+    // the cache by now: load them again ahead of use.
+    if (i + Index::kPrefetchAhead < items.size()) {
+      index_->prefetch(items[i + Index::kPrefetchAhead].key);
+    }
     auto rec = get_from_ram(ns, items[i], &results[i]);
     if (rec) on_disk.emplace_back(i, *rec);
   }
