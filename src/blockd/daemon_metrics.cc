@@ -160,7 +160,8 @@ void BlockDaemon::render_export_protection_metrics_locked(std::string& out) cons
                                                         {"send_stall", c.send_stalls},
                                                         {"r2t_budget", c.r2t_refused},
                                                         {"duplicate_queue", c.duplicate_queues},
-                                                        {"kato_clamped", c.kato_clamped}};
+                                                        {"kato_clamped", c.kato_clamped},
+                                                        {"auth_failure", c.auth_failures}};
     for (const auto& [reason, value] : reasons) {
       out += fmt::format(
           "kvtier_blockd_export_protections_total{{nqn=\"{}\",volume=\"{}\",reason=\"{}\"}} {}\n",

@@ -111,6 +111,19 @@ Result<std::unique_ptr<NvmeTcpDevice>> NvmeTcpDevice::connect(const HostOptions&
     return Status::invalid_argument("nvmf host: io_queues must be 1..64");
   }
   std::unique_ptr<NvmeTcpDevice> d(new NvmeTcpDevice(options));
+  if (!options.dhchap_secret.empty()) {
+    auto host_key = dhchap::parse_secret(options.dhchap_secret);
+    if (!host_key.ok()) return host_key.status();
+    d->auth_keys_ = HostAuthKeys{std::move(*host_key), std::nullopt};
+    if (!options.dhchap_ctrl_secret.empty()) {
+      auto ctrl_key = dhchap::parse_secret(options.dhchap_ctrl_secret);
+      if (!ctrl_key.ok()) return ctrl_key.status();
+      d->auth_keys_->ctrl_key = std::move(*ctrl_key);
+    }
+  } else if (!options.dhchap_ctrl_secret.empty()) {
+    return Status::invalid_argument(
+        "nvmf host: a controller secret needs the host's own secret too (DH-HMAC-CHAP)");
+  }
   {
     std::lock_guard lk(d->state_mu_);
     KVTIER_RETURN_IF_ERROR(d->establish());
@@ -170,7 +183,60 @@ Status NvmeTcpDevice::connect_queue(Queue& q, uint16_t qid, uint16_t sqsize, uin
   KVTIER_RETURN_IF_ERROR(q.exec(c));
   KVTIER_RETURN_IF_ERROR(nvme_status(c.status, qid ? "I/O queue Connect" : "admin Connect"));
   if (dw0) *dw0 = c.dw0;
-  return Status::ok_status();
+  return authenticate_queue(q, qid, c.dw0);
+}
+
+Status NvmeTcpDevice::authenticate_queue(Queue& q, uint16_t qid, uint32_t connect_dw0) {
+  if (connect_dw0 & dhchap::kConnectAscr) {
+    return Status::failed_precondition(
+        "nvmf host: the controller requires a secure channel (TLS), which kvtier does not offer");
+  }
+  if (!(connect_dw0 & dhchap::kConnectAtr)) {
+    if (auth_keys_ && auth_keys_->ctrl_key) {
+      return Status::permission_denied(
+          "nvmf host: the controller did not ask for authentication, so it cannot prove it "
+          "holds the controller secret; refusing it");
+    }
+    return Status::ok_status();
+  }
+  if (!auth_keys_) {
+    return Status::permission_denied(
+        "nvmf host: the controller requires DH-HMAC-CHAP authentication; no secret is set "
+        "(--dhchap-secret-file)");
+  }
+  AuthChannel ch;
+  ch.send = [&q](dhchap::BytesView m) -> Status {
+    Command c;
+    c.sqe = make_sqe(0x7F, 0, uint32_t(m.size()), 0x01);
+    c.sqe[4] = 0x05;  // Authentication Send
+    c.sqe[41] = dhchap::kSpsp0;
+    c.sqe[42] = dhchap::kSpsp1;
+    c.sqe[43] = dhchap::kSecurityProtocol;
+    put32(&c.sqe[44], uint32_t(m.size()));
+    c.out = as_bytes_view(m.data(), m.size());
+    c.in_capsule = true;
+    KVTIER_RETURN_IF_ERROR(q.exec(c));
+    return nvme_status(c.status, "Authentication Send");
+  };
+  ch.receive = [&q](uint32_t al) -> Result<dhchap::Bytes> {
+    dhchap::Bytes buf(al);
+    Command c;
+    c.sqe = make_sqe(0x7F, 0, al);
+    c.sqe[4] = 0x06;  // Authentication Receive
+    c.sqe[41] = dhchap::kSpsp0;
+    c.sqe[42] = dhchap::kSpsp1;
+    c.sqe[43] = dhchap::kSecurityProtocol;
+    put32(&c.sqe[44], al);
+    c.in = as_mutable_view(buf.data(), buf.size());
+    KVTIER_RETURN_IF_ERROR(q.exec(c));
+    KVTIER_RETURN_IF_ERROR(nvme_status(c.status, "Authentication Receive"));
+    return buf;
+  };
+  Status st = authenticate(ch, *auth_keys_, opt_.hostnqn, opt_.subnqn, next_auth_tid_++);
+  if (!st.ok()) {
+    return Status(st.code(), fmt::format("{} (queue {})", st.message(), qid));
+  }
+  return st;
 }
 
 Status NvmeTcpDevice::enable_and_identify(Queue& admin, uint32_t* io_queues_granted) {

@@ -26,12 +26,14 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "blk/block_device.h"
 #include "common/task_pool.h"
+#include "nvmf/auth_host.h"
 
 namespace kvtier::nvmf {
 
@@ -50,6 +52,12 @@ struct HostOptions {
   std::chrono::milliseconds reconnect_delay{1000};
   std::chrono::milliseconds ctrl_loss_tmo{60000};  // negative: retry forever
   std::chrono::milliseconds fast_io_fail_tmo{-1};  // negative: I/O waits until ctrl loss
+  // DH-HMAC-CHAP secrets ("DHHC-1:..." as nvme-cli prints them; empty: none).
+  // With the host's, every queue authenticates when the controller asks;
+  // with the controller's too, the controller must prove itself, and one
+  // that does not ask for authentication at all is refused.
+  std::string dhchap_secret;
+  std::string dhchap_ctrl_secret;
 };
 
 // One entry of a discovery log page (what `nvme discover` prints).
@@ -111,6 +119,9 @@ class NvmeTcpDevice : public blk::BlockDevice {
   Status connect_queue(Queue& q, uint16_t qid, uint16_t sqsize, uint32_t kato_ms, uint16_t cntlid,
                        uint32_t* dw0 = nullptr);
   Status enable_and_identify(Queue& admin, uint32_t* io_queues_granted);
+  // The DH-HMAC-CHAP transaction of queue `qid` after a Connect that asked
+  // for it (or refused because the controller did not ask and should have).
+  Status authenticate_queue(Queue& q, uint16_t qid, uint32_t connect_dw0);
   Status run(Command& cmd);
   // Sends a read without a waiting thread (see the top of this file);
   // false when it cannot, and the caller takes the blocking path.
@@ -139,6 +150,8 @@ class NvmeTcpDevice : public blk::BlockDevice {
   static constexpr uint32_t kMaxInlineWrite = 128u << 10;
   uint32_t inline_write_max_ = 0;
   uint16_t cntlid_ = 0;
+  std::optional<HostAuthKeys> auth_keys_;   // parsed from opt_'s secrets
+  std::atomic<uint16_t> next_auth_tid_{0};  // transaction ids, one per queue's transaction
 
   mutable std::mutex state_mu_;  // guards the fields below and (re)connection
   std::condition_variable state_cv_;

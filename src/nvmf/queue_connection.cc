@@ -31,6 +31,7 @@ constexpr uint16_t kScFabricsIncompatibleFormat = 0x180;
 constexpr uint16_t kScFabricsInvalidParam = 0x182;
 constexpr uint16_t kScFabricsControllerBusy = 0x181;
 constexpr uint16_t kScFabricsInvalidHost = 0x184;
+constexpr uint16_t kScAuthRequired = 0x191;        // SCT 1: authentication required
 constexpr uint16_t kScCommandInterrupted = 0x021;  // retryable: the R2T budget is spent
 
 constexpr uint8_t kSglInCapsule = 0x01;  // Data Block, Offset
@@ -131,8 +132,8 @@ void QueueConnection::count_end(const Status& why) {
 
 void QueueConnection::update_read_deadline() {
   int64_t deadline = 0;
-  if (!connected_) {
-    deadline = connect_deadline_ns_;
+  if (!connected_ || (auth_ && !auth_->authenticated())) {
+    deadline = connect_deadline_ns_;  // also bounds authentication
   } else {
     for (const auto& [ttag, w] : pending_) {
       if (deadline == 0 || w.deadline_ns < deadline) deadline = w.deadline_ns;
@@ -219,6 +220,10 @@ Status QueueConnection::handle_capsule(const Sqe& sqe, std::vector<uint8_t>& dat
   } else if (t == kSglInCapsule && sgl_len(sqe) != 0) {
     return complete(cid, {kScSglLengthInvalid});
   }
+  const bool auth_command = sqe[0] == 0x7F && (sqe[4] == 0x05 || sqe[4] == 0x06);
+  if (auth_command) return authentication(sqe, data);
+  // Until its host has authenticated, a queue serves nothing else.
+  if (auth_ && !auth_->authenticated()) return complete(cid, {kScAuthRequired});
   if (sqe[0] == 0x7F) {
     // Connect may be its own completion: fabrics() returns what to send.
     return complete(cid, fabrics(sqe, data));
@@ -338,7 +343,49 @@ QueueConnection::Completion QueueConnection::connect(const Sqe& sqe,
   sq_size_ = uint16_t(sqsize + 1);
   sq_flow_disabled_ = cattr & 0x04;
   connected_ = true;
-  return {kScSuccess, ctrl_->cntlid};
+  return {kScSuccess, ctrl_->cntlid | require_authentication(subnqn, hostnqn)};
+}
+
+uint32_t QueueConnection::require_authentication(const std::string& subnqn,
+                                                 const std::string& hostnqn) {
+  const HostAuthConfig* a = ctrl_->is_discovery() ? nullptr : ctrl_->subsystem->auth_for(hostnqn);
+  if (!a) return 0;
+  auth_ = std::make_unique<TargetAuth>(*a, subnqn, hostnqn);
+  // The transaction must end within the handshake bound, as Connect had to.
+  connect_deadline_ns_ = monotonic_ns() + int64_t(state_.config().handshake_timeout_ms) * 1'000'000;
+  return dhchap::kConnectAtr;
+}
+
+Status QueueConnection::authentication(const Sqe& sqe, const std::vector<uint8_t>& data) {
+  const uint16_t cid = cid_of(sqe);
+  if (!connected_) return complete(cid, {kScSequenceError});
+  if (!auth_) return complete(cid, {kScInvalidField});  // this host needs no authentication
+  const uint32_t length = get32(sqe.data() + 44);       // TL (Send) or AL (Receive)
+  if (sqe[43] != dhchap::kSecurityProtocol || sqe[41] != dhchap::kSpsp0 ||
+      sqe[42] != dhchap::kSpsp1 || length == 0 || length > kAdminInCapsule) {
+    return complete(cid, {kScInvalidField});
+  }
+  const bool was_authenticated = auth_->authenticated();
+  Status st;
+  if (sqe[4] == 0x05) {  // Send: the message came in the capsule
+    if (data.size() != length) return complete(cid, {kScSglLengthInvalid});
+    auth_->on_send(data);
+    st = complete(cid, {kScSuccess});
+  } else {
+    if (!data.empty() || sgl_len(sqe) != length) return complete(cid, {kScSglLengthInvalid});
+    const dhchap::Bytes m = auth_->on_receive();
+    st = send_data_and_complete(cid, as_bytes_view(m.data(), m.size()), length, {kScSuccess});
+  }
+  if (auth_->failed()) {
+    state_.count(TargetState::Event::kAuthFailure);
+    spdlog::warn("nvmf: authentication of queue {} failed: {}", qid_, auth_->failure());
+    return Status::permission_denied("nvmf: " + auth_->failure());
+  }
+  if (auth_->authenticated() && !was_authenticated) {
+    state_.count(TargetState::Event::kAuthSuccess);
+    spdlog::info("nvmf: queue {} of controller {} authenticated", qid_, ctrl_->cntlid);
+  }
+  return st;
 }
 
 QueueConnection::Completion QueueConnection::get_features(const Sqe& sqe) {

@@ -34,6 +34,7 @@
 
 #include "common/buffer.h"
 #include "common/task_pool.h"
+#include "nvmf/auth_target.h"
 #include "nvmf/pdu.h"
 #include "nvmf/target_state.h"
 
@@ -103,6 +104,12 @@ class QueueConnection : public Closable {
   Status handle_capsule(const Sqe& sqe, std::vector<uint8_t>& data, bool data_digest_ok);
   Completion fabrics(const Sqe& sqe, const std::vector<uint8_t>& data);
   Completion connect(const Sqe& sqe, const std::vector<uint8_t>& data);
+  // Authentication Send and Receive (DH-HMAC-CHAP, auth_target.h); a failed
+  // transaction ends the connection after its Failure1.
+  Status authentication(const Sqe& sqe, const std::vector<uint8_t>& data);
+  // Sets up authentication for a host that must authenticate; returns the
+  // ATR bit for the Connect's answer.
+  uint32_t require_authentication(const std::string& subnqn, const std::string& hostnqn);
   Status admin(const Sqe& sqe, const std::vector<uint8_t>& data);
   Status io(const Sqe& sqe, std::vector<uint8_t>& data);
   // io's commands: Read, Write and Write Zeroes on namespace `nsid`, and
@@ -139,6 +146,7 @@ class QueueConnection : public Closable {
   uint16_t sq_size_ = 0;              // entries (1's based)
   std::atomic<uint16_t> sq_head_{0};  // read by completions on device threads
   std::shared_ptr<Controller> ctrl_;
+  std::unique_ptr<TargetAuth> auth_;          // set when the host must authenticate this queue
   std::map<uint16_t, PendingWrite> pending_;  // by TTAG
   uint16_t next_ttag_ = 0;
   std::mutex send_mu_;  // one sender of PDUs at a time

@@ -57,6 +57,42 @@ void parse_limits(const nlohmann::json& l, TargetConfig& c) {
   c.max_r2t_bytes = l.value("max_r2t_mib", c.max_r2t_bytes >> 20) << 20;
 }
 
+// One "host_keys" entry: the host's secret (and the controller's) from
+// files only its owner may read, and the hash and group to use.
+Status parse_host_key(const nlohmann::json& hj, SubsystemConfig& s) {
+  static const char* const kKeys[] = {"hostnqn", "dhchap_key_file", "dhchap_ctrl_key_file", "hash",
+                                      "dhgroup"};
+  for (const auto& [key, value] : hj.items()) {
+    if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys)) {
+      return Status::invalid_argument("unknown key in \"host_keys\": " + key);
+    }
+  }
+  const std::string hostnqn = hj.at("hostnqn").get<std::string>();
+  if (!valid_nqn(hostnqn)) return Status::invalid_argument("host_keys: bad host NQN " + hostnqn);
+  if (s.host_keys.count(hostnqn)) return Status::invalid_argument("host_keys: two for " + hostnqn);
+  HostAuthConfig a;
+  auto key = dhchap::read_secret_file(hj.at("dhchap_key_file").get<std::string>());
+  if (!key.ok()) return key.status();
+  a.host_key = std::move(*key);
+  if (hj.contains("dhchap_ctrl_key_file")) {
+    auto ctrl = dhchap::read_secret_file(hj.at("dhchap_ctrl_key_file").get<std::string>());
+    if (!ctrl.ok()) return ctrl.status();
+    a.ctrl_key = std::move(*ctrl);
+  }
+  if (hj.contains("hash")) {
+    auto h = dhchap::parse_hash(hj.at("hash").get<std::string>());
+    if (!h.ok()) return h.status();
+    a.hash = *h;
+  }
+  if (hj.contains("dhgroup")) {
+    auto g = dhchap::parse_group(hj.at("dhgroup").get<std::string>());
+    if (!g.ok()) return g.status();
+    a.group = *g;
+  }
+  s.host_keys.emplace(hostnqn, std::move(a));
+  return Status::ok_status();
+}
+
 // Every timeout of the limits must be set (0 would mean "wait forever").
 Status validate_limits(const TargetConfig& c) {
   if (c.max_connections < 2 || c.max_connections > 65536) {
@@ -88,6 +124,14 @@ Status validate_target_config(const TargetConfig& c) {
     if (!valid_nqn(s.nqn)) return Status::invalid_argument("bad subsystem NQN: " + s.nqn);
     if (s.nqn == kDiscoveryNqn) return Status::invalid_argument("the discovery NQN is reserved");
     if (s.namespaces.empty()) return Status::invalid_argument(s.nqn + ": no namespaces");
+    for (const auto& [hostnqn, key] : s.host_keys) {
+      // A key for a host the subsystem refuses anyway is a mistake to report.
+      if (!s.allow_any_host && std::find(s.allowed_hosts.begin(), s.allowed_hosts.end(), hostnqn) ==
+                                   s.allowed_hosts.end()) {
+        return Status::invalid_argument(s.nqn + ": host_keys names " + hostnqn +
+                                        ", which allowed_hosts does not allow");
+      }
+    }
     for (const auto& d : s.namespaces) {
       if (!d || (d->block_size() != 512 && d->block_size() != 4096)) {
         return Status::invalid_argument(s.nqn + ": namespace block size must be 512 or 4096");
@@ -131,6 +175,9 @@ Result<TargetConfig> parse_target_config(const std::string& text) {
       s.serial = sj.value("serial", std::string());
       s.allow_any_host = sj.value("allow_any_host", false);
       s.allowed_hosts = sj.value("allowed_hosts", std::vector<std::string>{});
+      for (const auto& hj : sj.value("host_keys", nlohmann::json::array())) {
+        KVTIER_RETURN_IF_ERROR(parse_host_key(hj, s));
+      }
       for (const auto& nj : sj.at("namespaces")) {
         auto dev = open_namespace(nj);
         if (!dev.ok()) return dev.status();

@@ -5,12 +5,14 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "blk/block_device.h"
 #include "common/status.h"
+#include "nvmf/auth_target.h"
 
 namespace kvtier::nvmf {
 
@@ -23,6 +25,8 @@ struct SubsystemConfig {
   std::vector<std::shared_ptr<blk::BlockDevice>> namespaces;
   std::vector<std::string> allowed_hosts;
   bool allow_any_host = false;
+  // Hosts that must authenticate (DH-HMAC-CHAP) on every queue, by host NQN.
+  std::map<std::string, HostAuthConfig> host_keys;
 };
 
 struct TargetConfig {
@@ -62,6 +66,9 @@ struct TargetConfig {
 // Parses the JSON text of a config file and opens its devices:
 // {"listen": {"address": "127.0.0.1", "port": 4420},
 //  "subsystems": [{"nqn": "...", "allow_any_host": false, "allowed_hosts": ["..."],
+//                  "host_keys": [{"hostnqn": "...", "dhchap_key_file": "path",
+//                                 "dhchap_ctrl_key_file": "path", "hash": "sha256",
+//                                 "dhgroup": "ffdhe2048"}],
 //                  "namespaces": [{"mem_mib": 64} | {"file": "path", "size_mib": 64,
 //                                  "direct": true}]}],
 //  "limits": {"max_connections": 512, "max_controllers": 128, "handshake_timeout_ms": 10000,

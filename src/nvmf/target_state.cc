@@ -19,6 +19,11 @@ bool Subsystem::host_allowed(const std::string& hostnqn) const {
          config.allowed_hosts.end();
 }
 
+const HostAuthConfig* Subsystem::auth_for(const std::string& hostnqn) const {
+  auto it = config.host_keys.find(hostnqn);
+  return it == config.host_keys.end() ? nullptr : &it->second;
+}
+
 TargetState::TargetState(TargetConfig config) : config_(std::move(config)) {
   for (const auto& sc : config_.subsystems) {
     Subsystem s;
@@ -152,6 +157,8 @@ TargetCounters TargetState::counters() const {
   t.r2t_refused = get(Event::kR2tRefused);
   t.duplicate_queues = get(Event::kDuplicateQueue);
   t.kato_clamped = get(Event::kKatoClamped);
+  t.auth_failures = get(Event::kAuthFailure);
+  t.auth_successes = get(Event::kAuthSuccess);
   return t;
 }
 

@@ -30,6 +30,9 @@ struct Subsystem {
   SubsystemConfig config;
   std::vector<std::array<uint8_t, 16>> nguids;  // per namespace, unique per subsystem+nsid
   bool host_allowed(const std::string& hostnqn) const;
+  // The host's DH-HMAC-CHAP configuration; null: the host need not
+  // authenticate.
+  const HostAuthConfig* auth_for(const std::string& hostnqn) const;
 };
 
 struct Controller {
@@ -58,6 +61,8 @@ struct TargetCounters {
   uint64_t r2t_refused = 0;          // writes refused over max_r2t_bytes
   uint64_t duplicate_queues = 0;     // a second Connect for a queue id in use
   uint64_t kato_clamped = 0;         // KATO raised, lowered or 0 replaced
+  uint64_t auth_failures = 0;        // DH-HMAC-CHAP transactions that failed (queue dropped)
+  uint64_t auth_successes = 0;       // queues authenticated
 };
 
 class TargetState {
@@ -96,7 +101,10 @@ class TargetState {
     kSendStall,
     kR2tRefused,
     kDuplicateQueue,
-    kKatoClamped
+    kKatoClamped,
+    kAuthFailure,
+    kAuthSuccess,
+    kCount
   };
   void count(Event e);
   TargetCounters counters() const;
@@ -108,7 +116,7 @@ class TargetState {
   std::map<uint16_t, std::shared_ptr<Controller>> controllers_;
   uint16_t next_cntlid_ = 1;
   std::atomic<uint64_t> r2t_bytes_{0};
-  std::array<std::atomic<uint64_t>, 8> events_{};
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(Event::kCount)> events_{};
 };
 
 int64_t monotonic_ns();

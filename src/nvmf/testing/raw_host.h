@@ -95,6 +95,7 @@ class RawHost {
     auto r = recv_pdu();
     if (r.size() != 24 || r[0] != 0x05) return 0xFFFF;
     status_ = get16(&r[22]);
+    dw0_ = get32(&r[8]);
     return status_ ? 0xFFFF : get16(&r[8]);
   }
   static Sqe base_sqe(uint8_t opc, uint16_t cid, uint8_t sgl_type, uint32_t sgl_len) {
@@ -116,6 +117,7 @@ class RawHost {
     return s;
   }
   uint16_t last_status() const { return status_; }
+  uint32_t last_dw0() const { return dw0_; }  // the last Connect's result
 
  private:
   bool recv_exact(uint8_t* p, size_t n) {
@@ -133,6 +135,7 @@ class RawHost {
   int fd_ = -1;
   bool connected_ = false;
   uint16_t status_ = 0;
+  uint32_t dw0_ = 0;
 };
 
 // The status field of a CapsuleResp (bytes 22..23), decoded.
