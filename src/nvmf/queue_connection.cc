@@ -366,25 +366,29 @@ Status QueueConnection::authentication(const Sqe& sqe, const std::vector<uint8_t
     return complete(cid, {kScInvalidField});
   }
   const bool was_authenticated = auth_->authenticated();
-  Status st;
-  if (sqe[4] == 0x05) {  // Send: the message came in the capsule
-    if (data.size() != length) return complete(cid, {kScSglLengthInvalid});
-    auth_->on_send(data);
-    st = complete(cid, {kScSuccess});
-  } else {
-    if (!data.empty() || sgl_len(sqe) != length) return complete(cid, {kScSglLengthInvalid});
-    const dhchap::Bytes m = auth_->on_receive();
-    st = send_data_and_complete(cid, as_bytes_view(m.data(), m.size()), length, {kScSuccess});
+  const bool send = sqe[4] == 0x05;  // Send: the message came in the capsule
+  if (send ? data.size() != length : (!data.empty() || sgl_len(sqe) != length)) {
+    return complete(cid, {kScSglLengthInvalid});
   }
+  dhchap::Bytes answer;
+  if (send) {
+    auth_->on_send(data);
+  } else {
+    answer = auth_->on_receive();
+  }
+  // Counted before the answer goes out: a host that has it sees the count.
   if (auth_->failed()) {
     state_.count(TargetState::Event::kAuthFailure);
     spdlog::warn("nvmf: authentication of queue {} failed: {}", qid_, auth_->failure());
-    return Status::permission_denied("nvmf: " + auth_->failure());
-  }
-  if (auth_->authenticated() && !was_authenticated) {
+  } else if (auth_->authenticated() && !was_authenticated) {
     state_.count(TargetState::Event::kAuthSuccess);
     spdlog::info("nvmf: queue {} of controller {} authenticated", qid_, ctrl_->cntlid);
   }
+  Status st = send ? complete(cid, {kScSuccess})
+                   : send_data_and_complete(cid, as_bytes_view(answer.data(), answer.size()),
+                                            length, {kScSuccess});
+  // The Failure1 (or the host's Failure2) ends the transaction and the queue.
+  if (st.ok() && auth_->failed()) return Status::permission_denied("nvmf: " + auth_->failure());
   return st;
 }
 
