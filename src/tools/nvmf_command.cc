@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common/buffer.h"
+#include "nvmf/dhchap.h"
 #include "nvmf/host_device.h"
 #include "nvmf/serve.h"
 #include "tools/commands.h"
@@ -33,6 +34,34 @@ void add_host_options(CLI::App* c, nvmf::HostOptions& o) {
   add_ranged_option(c, "--io-queues", o.io_queues, "I/O queues (TCP connections)", 1u, 64u);
   c->add_flag("--hdgst", o.hdgst, "Ask for header digests (CRC32C)");
   c->add_flag("--ddgst", o.ddgst, "Ask for data digests (CRC32C)");
+  // Secrets come from files only the user may read, never from the command
+  // line (which every local user can see in /proc).
+  const auto secret_from = [](std::string* into) {
+    return [into](const std::string& path) {
+      auto s = nvmf::dhchap::read_secret_file(path);
+      if (!s.ok()) throw CLI::ValidationError(s.status().message());
+      *into = nvmf::dhchap::format_secret(*s);
+    };
+  };
+  c->add_option_function<std::string>(
+      "--dhchap-secret-file", secret_from(&o.dhchap_secret),
+      "File (mode 0600) holding this host's DH-HMAC-CHAP secret (DHHC-1:...): used when the\n"
+      "controller asks for authentication");
+  c->add_option_function<std::string>(
+      "--dhchap-ctrl-secret-file", secret_from(&o.dhchap_ctrl_secret),
+      "File (mode 0600) holding the controller's secret: the controller must prove it holds\n"
+      "it (bidirectional authentication), or it is refused");
+}
+
+// Prints a new DH-HMAC-CHAP secret, as `nvme gen-dhchap-key` does.
+int run_gen_key(int transform, int key_bytes) {
+  auto s = nvmf::dhchap::generate_secret(uint8_t(transform), size_t(key_bytes));
+  if (!s.ok()) {
+    std::cerr << "kvtier nvmf: " << s.status().to_string() << "\n";
+    return 1;
+  }
+  std::cout << nvmf::dhchap::format_secret(*s) << "\n";
+  return 0;
 }
 
 int fail(const Status& st) {
@@ -162,11 +191,29 @@ void add_nvmf(CLI::App& root) {
       ->add_option(
           "--config", *config,
           "JSON file: {\"listen\":{\"address\":..,\"port\":..},\"subsystems\":[{\"nqn\":..,"
-          "\"allowed_hosts\":[..],\"namespaces\":[{\"mem_mib\":N}|{\"file\":P,"
-          "\"size_mib\":N}]}]}")
+          "\"allowed_hosts\":[..],\"host_keys\":[{\"hostnqn\":..,\"dhchap_key_file\":P,"
+          "\"dhchap_ctrl_key_file\":P,\"hash\":\"sha256\",\"dhgroup\":\"ffdhe2048\"}],"
+          "\"namespaces\":[{\"mem_mib\":N}|{\"file\":P,\"size_mib\":N}]}]}\n"
+          "(docs/nvme-tcp.md lists every key)")
       ->required()
       ->check(CLI::ExistingFile);
   serve->callback([config] { std::exit(nvmf::serve_until_signal(*config)); });
+
+  auto* gk = nvmf->add_subcommand(
+      "gen-dhchap-key",
+      "Print a new random DH-HMAC-CHAP secret (DHHC-1:..., the form nvme-cli and the Linux\n"
+      "kernel take). Store it in a file of mode 0600 for --dhchap-secret-file or a target's\n"
+      "host_keys; give the same secret to the host and the target");
+  auto transform = std::make_shared<int>(1);
+  auto key_bytes = std::make_shared<int>(32);
+  gk->add_option("--hmac", *transform,
+                 "Hash that binds the key to an NQN: 0 none, 1 SHA-256, 2 SHA-384, 3 SHA-512")
+      ->check(CLI::Range(0, 3))
+      ->capture_default_str();
+  gk->add_option("--key-bytes", *key_bytes, "Key length: 32, 48 or 64")
+      ->check(CLI::IsMember({32, 48, 64}))
+      ->capture_default_str();
+  gk->callback([=] { std::exit(run_gen_key(*transform, *key_bytes)); });
 
   auto opt = std::make_shared<nvmf::HostOptions>();
   auto offset = std::make_shared<uint64_t>(0);

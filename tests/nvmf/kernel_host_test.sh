@@ -5,6 +5,11 @@
 #                  then a host NQN that is not on the allow-list must be refused.
 # VARIANT digests: header + data digests, 4 I/O queues, discovery first, write,
 #                  disconnect, connect again, verify.
+# VARIANT dhchap:  the host must authenticate (DH-HMAC-CHAP, ffdhe2048, SHA-384,
+#                  both ways: the kernel checks the controller's key too) on
+#                  its admin queue and 2 I/O queues, then the default test;
+#                  a wrong host secret and a wrong controller secret must each
+#                  fail the kernel's connect.
 # Afterwards kvtier's own host (`kvtier nvmf read`, same digests and queue count
 # as the kernel used) reads what the kernel wrote, the target is stopped with
 # SIGTERM (must exit 0), and both that read and the backing file are checked
@@ -19,12 +24,23 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+[[ -n "${KEEP_WORK:-}" ]] && trap - EXIT
 nqn=nqn.2024-01.io.kvtier:nvmf-test
 host=nqn.2024-01.io.kvtier:allowed-host
 mib=4
+host_keys=""
+if [[ $variant == dhchap ]]; then
+  # Secrets as nvme-cli makes them, in files only their owner may read.
+  (umask 077
+   "$kvtier" nvmf gen-dhchap-key --hmac 1 > "$work/host.key"
+   "$kvtier" nvmf gen-dhchap-key --hmac 2 --key-bytes 48 > "$work/ctrl.key"
+   "$kvtier" nvmf gen-dhchap-key --hmac 1 > "$work/other.key")
+  host_keys=", \"host_keys\": [{\"hostnqn\": \"$host\", \"dhchap_key_file\": \"$work/host.key\",
+    \"dhchap_ctrl_key_file\": \"$work/ctrl.key\", \"hash\": \"sha384\", \"dhgroup\": \"ffdhe2048\"}]"
+fi
 cat > "$work/config.json" <<JSON
 {"listen": {"address": "127.0.0.1", "port": 0},
- "subsystems": [{"nqn": "$nqn", "allowed_hosts": ["$host"],
+ "subsystems": [{"nqn": "$nqn", "allowed_hosts": ["$host"]$host_keys,
                  "namespaces": [{"file": "$work/ns.img", "size_mib": 32, "direct": false}]}]}
 JSON
 "$serve" "$work/config.json" > "$work/serve.out" 2> "$work/serve.err" &
@@ -63,12 +79,49 @@ case "$variant" in
       --script "$here/guest_reconnect.sh" --connect-opts "nr_io_queues=4"
     grep -q 'kvtier-guest: PASS' "$work/host.out" || { echo "FAIL: guest script did not pass"; exit 1; }
     ;;
+  dhchap)
+    # Base64 secrets hold characters the tool's --connect-opts does not pass:
+    # the guest script connects itself (lnp connect), its secrets written in.
+    guest_connect() {  # host-secret-file ctrl-secret-file queues -> guest script
+      printf 'lnp connect --queues %s --opts "dhchap_secret=%s,dhchap_ctrl_secret=%s"\n' \
+        "$3" "$(cat "$1")" "$(cat "$2")"
+    }
+    { echo 'set -e'
+      echo "ctrl=\$($(guest_connect "$work/host.key" "$work/ctrl.key" 2))"
+      echo 'LNP_CTRL=/dev/$ctrl; LNP_NS=$(lnp ns "$ctrl" 30); export LNP_CTRL LNP_NS'
+      echo 'lnp default-test'
+      echo 'echo "kvtier-guest: PASS"'; } > "$work/guest-ok.sh"
+    run_host 0 --hostnqn "$host" --no-connect --cpus 2 --mib "$mib" --script "$work/guest-ok.sh"
+    grep -q 'kvtier-guest: PASS' "$work/host.out" || { echo "FAIL: guest test did not pass"; exit 1; }
+    # Admin queue and both I/O queues, each authenticated by kvtier's target.
+    n=$(cat "$work/serve.out" "$work/serve.err" | grep -c 'authenticated' || true)
+    [[ $n -ge 3 ]] || { echo "FAIL: $n queues authenticated, want 3"; cat "$work/serve.err"; exit 1; }
+    # A wrong host secret (kvtier's target refuses the host) and a wrong
+    # controller secret (the kernel refuses kvtier's target): no connection.
+    for wrong in host ctrl; do
+      hk="$work/host.key" ck="$work/ctrl.key"
+      [[ $wrong == host ]] && hk="$work/other.key"
+      [[ $wrong == ctrl ]] && ck="$work/other.key"
+      { echo "if $(guest_connect "$hk" "$ck" 1) >/dev/null; then"
+        echo '  echo "kvtier-guest: connected with a wrong secret"; exit 1'
+        echo 'fi'
+        echo "echo \"kvtier-guest: wrong $wrong secret refused\""; } > "$work/guest-$wrong.sh"
+      run_host 0 --hostnqn "$host" --no-connect --script "$work/guest-$wrong.sh"
+      grep -q "kvtier-guest: wrong $wrong secret refused" "$work/host.out" ||
+        { echo "FAIL: the wrong $wrong secret was not refused"; exit 1; }
+    done
+    # The helper logs to stdout (its own default), the CLI's target to stderr.
+    grep -q 'wrong response' "$work/serve.out" "$work/serve.err" || { echo "FAIL: target did not refuse the key"; exit 1; }
+    grep -q 'gave up' "$work/serve.out" "$work/serve.err" || { echo "FAIL: the kernel did not refuse the target"; exit 1; }
+    ;;
   *) echo "unknown variant $variant"; exit 2 ;;
 esac
 
 # Data written by the kernel host, read back by kvtier's host.
 host_flags=(--io-queues 1)
 [[ $variant == digests ]] && host_flags=(--io-queues 4 --hdgst --ddgst)
+[[ $variant == dhchap ]] &&
+  host_flags=(--io-queues 2 --dhchap-secret-file "$work/host.key" --dhchap-ctrl-secret-file "$work/ctrl.key")
 "$kvtier" nvmf read --port "$port" --nqn "$nqn" --hostnqn "$host" "${host_flags[@]}" \
   --length $((mib << 20)) --out "$work/kvtier-read.bin" 2> "$work/kvtier-read.err" ||
   { cat "$work/kvtier-read.err"; echo "FAIL: kvtier nvmf read"; exit 1; }
