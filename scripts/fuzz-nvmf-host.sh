@@ -20,4 +20,5 @@ run_fuzzer nvmf_host_fuzz nvmf_host nvmf-host "${1:-60}" \
   src/nvmf/host_fuzz.cc src/nvmf/host_device.cc src/nvmf/host_queue.cc src/nvmf/pdu.cc \
   src/nvmf/socket_stream.cc src/nvmf/target_state.cc src/common/task_pool.cc src/blk/block_device.cc \
   src/common/crc32c.cc src/common/status.cc src/common/buffer.cc \
-  -DSPDLOG_FMT_EXTERNAL -DSPDLOG_COMPILED_LIB -lspdlog -lfmt -lpthread
+  src/nvmf/auth_host.cc src/nvmf/dhchap.cc src/nvmf/dhchap_messages.cc src/nvmf/dhchap_dh.cc \
+  -DSPDLOG_FMT_EXTERNAL -DSPDLOG_COMPILED_LIB -lspdlog -lfmt -lcrypto -lpthread

@@ -15,4 +15,5 @@ run_fuzzer nvmf_pdu_fuzz nvmf_pdu nvmf "${1:-60}" \
   src/nvmf/target_state.cc src/common/task_pool.cc \
   src/nvmf/admin_pages.cc src/blk/dev/mem_device.cc src/blk/block_device.cc src/common/crc32c.cc \
   src/common/status.cc src/common/buffer.cc \
-  -DSPDLOG_FMT_EXTERNAL -DSPDLOG_COMPILED_LIB -lspdlog -lfmt -lpthread
+  src/nvmf/auth_target.cc src/nvmf/dhchap.cc src/nvmf/dhchap_messages.cc src/nvmf/dhchap_dh.cc \
+  -DSPDLOG_FMT_EXTERNAL -DSPDLOG_COMPILED_LIB -lspdlog -lfmt -lcrypto -lpthread
