@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -11,6 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+
+#include "nvmf/dhchap.h"
 
 namespace kvtier::blockd {
 
@@ -58,7 +62,9 @@ json remote_to_json(const RemoteConfig& r) {
               {"ddgst", r.ddgst},
               {"reconnect_delay_ms", r.reconnect_delay_ms},
               {"ctrl_loss_tmo_ms", r.ctrl_loss_tmo_ms},
-              {"fast_io_fail_tmo_ms", r.fast_io_fail_tmo_ms}};
+              {"fast_io_fail_tmo_ms", r.fast_io_fail_tmo_ms},
+              {"dhchap_secret", r.dhchap_secret},
+              {"dhchap_ctrl_secret", r.dhchap_ctrl_secret}};
 }
 
 Result<RemoteConfig> remote_from_json(const json& j) {
@@ -78,7 +84,35 @@ Result<RemoteConfig> remote_from_json(const json& j) {
   r.reconnect_delay_ms = j.value("reconnect_delay_ms", r.reconnect_delay_ms);
   r.ctrl_loss_tmo_ms = j.value("ctrl_loss_tmo_ms", r.ctrl_loss_tmo_ms);
   r.fast_io_fail_tmo_ms = j.value("fast_io_fail_tmo_ms", r.fast_io_fail_tmo_ms);
+  r.dhchap_secret = j.value("dhchap_secret", std::string());
+  r.dhchap_ctrl_secret = j.value("dhchap_ctrl_secret", std::string());
   return r;
+}
+
+json host_keys_to_json(const std::vector<ExportHostKey>& keys) {
+  json a = json::array();
+  for (const auto& k : keys) {
+    a.push_back(json{{"hostnqn", k.hostnqn},
+                     {"dhchap_secret", k.dhchap_secret},
+                     {"dhchap_ctrl_secret", k.dhchap_ctrl_secret},
+                     {"hash", k.hash},
+                     {"dhgroup", k.dhgroup}});
+  }
+  return a;
+}
+
+std::vector<ExportHostKey> host_keys_from_json(const json& a) {
+  std::vector<ExportHostKey> keys;
+  for (const auto& j : a) {
+    ExportHostKey k;
+    k.hostnqn = j.at("hostnqn").get<std::string>();
+    k.dhchap_secret = j.at("dhchap_secret").get<std::string>();
+    k.dhchap_ctrl_secret = j.value("dhchap_ctrl_secret", std::string());
+    k.hash = j.value("hash", k.hash);
+    k.dhgroup = j.value("dhgroup", k.dhgroup);
+    keys.push_back(std::move(k));
+  }
+  return keys;
 }
 
 }  // namespace
@@ -94,7 +128,48 @@ Status validate_remote(const std::string& name, const RemoteConfig& r) {
   if (r.nsid == 0 || r.nsid == 0xffffffffu) return bad("nsid must be 1..4294967294");
   if (r.io_queues < 1 || r.io_queues > 64) return bad("io_queues must be 1..64");
   if (r.reconnect_delay_ms < 1) return bad("reconnect_delay_ms must be at least 1");
+  if (r.dhchap_ctrl_secret.size() && r.dhchap_secret.empty()) {
+    return bad("a controller secret needs the host's own secret too");
+  }
+  for (const std::string* s : {&r.dhchap_secret, &r.dhchap_ctrl_secret}) {
+    if (s->empty()) continue;
+    auto parsed = nvmf::dhchap::parse_secret(*s);
+    if (!parsed.ok()) return bad(parsed.status().message());
+  }
   return Status::ok_status();
+}
+
+Result<std::map<std::string, nvmf::HostAuthConfig>> export_host_auth(const ExportConfig& e) {
+  std::map<std::string, nvmf::HostAuthConfig> out;
+  for (const auto& k : e.host_keys) {
+    auto bad = [&](const std::string& why) {
+      return Status::invalid_argument(
+          fmt::format("export '{}': host key of '{}': {}", e.nqn, k.hostnqn, why));
+    };
+    if (!valid_export_nqn(k.hostnqn)) return bad("not a host NQN");
+    if (!e.allow_any_host && std::find(e.allowed_hosts.begin(), e.allowed_hosts.end(), k.hostnqn) ==
+                                 e.allowed_hosts.end()) {
+      return bad("the export does not allow this host");
+    }
+    if (out.count(k.hostnqn)) return bad("given twice");
+    nvmf::HostAuthConfig a;
+    auto host = nvmf::dhchap::parse_secret(k.dhchap_secret);
+    if (!host.ok()) return bad(host.status().message());
+    a.host_key = std::move(*host);
+    if (!k.dhchap_ctrl_secret.empty()) {
+      auto ctrl = nvmf::dhchap::parse_secret(k.dhchap_ctrl_secret);
+      if (!ctrl.ok()) return bad(ctrl.status().message());
+      a.ctrl_key = std::move(*ctrl);
+    }
+    auto hash = nvmf::dhchap::parse_hash(k.hash);
+    if (!hash.ok()) return bad(hash.status().message());
+    a.hash = *hash;
+    auto group = nvmf::dhchap::parse_group(k.dhgroup);
+    if (!group.ok()) return bad(group.status().message());
+    a.group = *group;
+    out.emplace(k.hostnqn, std::move(a));
+  }
+  return out;
 }
 
 bool valid_volume_name(const std::string& name) {
@@ -160,6 +235,7 @@ Status validate_config(const DaemonConfig& config) {
     if (e.address.empty()) {
       return Status::invalid_argument(fmt::format("export '{}' has no address", e.nqn));
     }
+    if (auto keys = export_host_auth(e); !keys.ok()) return keys.status();
     for (const auto& h : e.allowed_hosts) {
       if (!valid_export_nqn(h)) {
         return Status::invalid_argument(
@@ -209,7 +285,8 @@ std::string config_to_json(const DaemonConfig& config) {
                         {"address", e.address},
                         {"port", e.port},
                         {"allowed_hosts", e.allowed_hosts},
-                        {"allow_any_host", e.allow_any_host}});
+                        {"allow_any_host", e.allow_any_host},
+                        {"host_keys", host_keys_to_json(e.host_keys)}});
   }
   return json{{"format", "kvtier-blockd-config"},
               {"version", kConfigVersion},
@@ -284,6 +361,7 @@ Result<DaemonConfig> config_from_json(const std::string& text) {
           e.allowed_hosts = je["allowed_hosts"].get<std::vector<std::string>>();
         }
         e.allow_any_host = je.value("allow_any_host", false);
+        if (je.contains("host_keys")) e.host_keys = host_keys_from_json(je["host_keys"]);
         c.exports.push_back(std::move(e));
       }
     }
@@ -310,7 +388,12 @@ Result<DaemonConfig> load_config(const std::string& path) {
 Status save_config_atomic(const std::string& path, const DaemonConfig& config) {
   const std::string text = config_to_json(config) + "\n";
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Owner only: the config holds DH-HMAC-CHAP secrets.
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd >= 0 && ::fchmod(fd, 0600) != 0) {  // a leftover temporary file kept its old mode
+    ::close(fd);
+    return sys_error("chmod", tmp);
+  }
   if (fd < 0) return sys_error("create", tmp);
   size_t off = 0;
   while (off < text.size()) {

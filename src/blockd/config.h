@@ -8,15 +8,17 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "blk/stack/qos_device.h"
 #include "common/status.h"
+#include "nvmf/auth_target.h"
 
 namespace kvtier::blockd {
 
-inline constexpr int kConfigVersion = 3;
+inline constexpr int kConfigVersion = 4;  // 4: DH-HMAC-CHAP secrets
 inline constexpr int kOldestConfigVersion = 1;
 
 // Where a remote volume lives and how its connection behaves when lost (the
@@ -34,6 +36,18 @@ struct RemoteConfig {
   int64_t reconnect_delay_ms = 1000;
   int64_t ctrl_loss_tmo_ms = 600000;
   int64_t fast_io_fail_tmo_ms = 5000;
+  // DH-HMAC-CHAP secrets ("DHHC-1:..."; empty: none): nvmf::HostOptions'.
+  std::string dhchap_secret;
+  std::string dhchap_ctrl_secret;
+};
+
+// A host of an export that must authenticate on every queue.
+struct ExportHostKey {
+  std::string hostnqn;
+  std::string dhchap_secret;
+  std::string dhchap_ctrl_secret;  // empty: none
+  std::string hash = "sha256";
+  std::string dhgroup = "ffdhe2048";
 };
 
 struct VolumeConfig {
@@ -67,7 +81,12 @@ struct ExportConfig {
   uint16_t port = 4420;  // the port actually bound is what is persisted
   std::vector<std::string> allowed_hosts;
   bool allow_any_host = false;
+  std::vector<ExportHostKey> host_keys;
 };
+
+// The nvmf target's form of an export's host keys; refuses malformed secrets,
+// unknown hashes and groups, and keys for hosts the export does not allow.
+Result<std::map<std::string, nvmf::HostAuthConfig>> export_host_auth(const ExportConfig& e);
 
 struct DaemonConfig {
   std::vector<VolumeConfig> volumes;

@@ -59,7 +59,7 @@ TEST(ConfigTest, RejectsMalformed) {
   EXPECT_FALSE(config_from_json("not json").ok());
   EXPECT_FALSE(config_from_json("[]").ok());
   EXPECT_FALSE(
-      config_from_json(R"({"format":"kvtier-blockd-config","version":4,"volumes":[]})").ok());
+      config_from_json(R"({"format":"kvtier-blockd-config","version":5,"volumes":[]})").ok());
   EXPECT_FALSE(config_from_json(R"({"format":"other","version":1,"volumes":[]})").ok());
   EXPECT_FALSE(config_from_json(
                    R"({"format":"kvtier-blockd-config","version":1,"volumes":[{"kind":"mem"}]})")

@@ -125,6 +125,8 @@ Result<std::unique_ptr<nvmf::NvmeTcpDevice>> connect_remote_volume(const VolumeC
   o.reconnect_delay = std::chrono::milliseconds(cfg.remote.reconnect_delay_ms);
   o.ctrl_loss_tmo = std::chrono::milliseconds(cfg.remote.ctrl_loss_tmo_ms);
   o.fast_io_fail_tmo = std::chrono::milliseconds(cfg.remote.fast_io_fail_tmo_ms);
+  o.dhchap_secret = cfg.remote.dhchap_secret;
+  o.dhchap_ctrl_secret = cfg.remote.dhchap_ctrl_secret;
   auto d = nvmf::NvmeTcpDevice::connect(o);
   if (!d.ok()) {
     return Status(d.status().code(),
@@ -328,6 +330,8 @@ Result<v1::Volume> BlockDaemon::create_remote(const v1::CreateRemoteRequest& r) 
   if (r.reconnect_delay_ms()) c.remote.reconnect_delay_ms = r.reconnect_delay_ms();
   if (r.ctrl_loss_tmo_ms()) c.remote.ctrl_loss_tmo_ms = r.ctrl_loss_tmo_ms();
   if (r.fast_io_fail_tmo_ms()) c.remote.fast_io_fail_tmo_ms = r.fast_io_fail_tmo_ms();
+  c.remote.dhchap_secret = r.dhchap_secret();
+  c.remote.dhchap_ctrl_secret = r.dhchap_ctrl_secret();
   for (const auto& [n, v] : volumes_) {
     if (v->cfg.kind == "remote" && v->cfg.remote.address == c.remote.address &&
         v->cfg.remote.port == c.remote.port && v->cfg.remote.nqn == c.remote.nqn &&

@@ -46,6 +46,8 @@ Status BlockDaemon::start_export_locked(ExportConfig cfg) {
         fmt::format("'{}' is already exported as '{}'", cfg.volume, (*v)->exported_as));
   }
   KVTIER_RETURN_IF_ERROR(paths_.check_export(cfg.address, cfg.allow_any_host));
+  auto host_auth = export_host_auth(cfg);
+  if (!host_auth.ok()) return host_auth.status();
   auto e = std::make_unique<Export>();
   // Errors of remote hosts must not fail the volume: count only.
   blk::HealthOptions ho;
@@ -60,6 +62,7 @@ Status BlockDaemon::start_export_locked(ExportConfig cfg) {
   sub.namespaces.push_back(e->counted);
   sub.allowed_hosts = cfg.allowed_hosts;
   sub.allow_any_host = cfg.allow_any_host;
+  sub.host_keys = std::move(*host_auth);
   tc.subsystems.push_back(std::move(sub));
   auto t = nvmf::NvmfTarget::start(std::move(tc));
   if (!t.ok()) {
@@ -85,6 +88,15 @@ Result<v1::Export> BlockDaemon::create_export(const v1::CreateExportRequest& r) 
   c.port = r.port() ? static_cast<uint16_t>(r.port()) : 4420;
   c.allowed_hosts.assign(r.allowed_hosts().begin(), r.allowed_hosts().end());
   c.allow_any_host = r.allow_any_host();
+  for (const auto& k : r.host_keys()) {
+    ExportHostKey h;
+    h.hostnqn = k.hostnqn();
+    h.dhchap_secret = k.dhchap_secret();
+    h.dhchap_ctrl_secret = k.dhchap_ctrl_secret();
+    if (!k.hash().empty()) h.hash = k.hash();
+    if (!k.dhgroup().empty()) h.dhgroup = k.dhgroup();
+    c.host_keys.push_back(std::move(h));
+  }
   KVTIER_RETURN_IF_ERROR(start_export_locked(c));
   Status st = persist_locked();
   if (!st.ok()) {
@@ -127,6 +139,7 @@ v1::Export BlockDaemon::describe_export_locked(const Export& e) const {
   o.set_port(e.cfg.port);
   for (const auto& h : e.cfg.allowed_hosts) o.add_allowed_hosts(h);
   o.set_allow_any_host(e.cfg.allow_any_host);
+  for (const auto& k : e.cfg.host_keys) o.add_authenticated_hosts(k.hostnqn);
   if (!e.error.empty()) {
     o.set_state("unavailable: " + e.error);
     return o;

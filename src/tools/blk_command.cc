@@ -17,6 +17,7 @@
 
 #include "blockd.grpc.pb.h"
 #include "blockd/grpc_service.h"
+#include "nvmf/dhchap.h"
 #include "tools/commands.h"
 
 namespace kvtier::tools {
@@ -38,6 +39,10 @@ struct BlkCli {
   uint32_t port = 4420;
   std::vector<std::string> allowed_hosts;
   bool allow_any_host = false;
+  // HOSTNQN=FILE pairs: hosts that must authenticate, and the secrets the
+  // export proves itself with to them; the group and hash they use.
+  std::vector<std::string> host_keys, host_ctrl_keys;
+  std::string dhgroup, hash;
   double size_mib = 0, offset_mib = 0, length_mib = 0;
   uint64_t offset = 0, length = 0;
   uint32_t strip_kib = 64, copies = 2, slot = 0;
@@ -189,9 +194,34 @@ void print_volume(const v1::Volume& v) {
       s.errors(), s.read_p50_us(), s.read_p99_us(), s.write_p50_us(), s.write_p99_us());
 }
 
+// A DH-HMAC-CHAP secret from a file only its owner may read (the daemon
+// keeps it; it is never put on a command line, where every user sees it).
+std::string secret_from_file(const std::string& path) {
+  auto s = nvmf::dhchap::read_secret_file(path);
+  if (!s.ok()) {
+    std::fprintf(stderr, "kvtier blk: %s\n", s.status().message().c_str());
+    std::exit(2);
+  }
+  return nvmf::dhchap::format_secret(*s);
+}
+
+// "HOSTNQN=FILE" -> {HOSTNQN, secret}.
+std::pair<std::string, std::string> host_secret(const std::string& arg) {
+  const size_t eq = arg.rfind('=');
+  if (eq == std::string::npos || eq == 0) {
+    std::fprintf(stderr, "kvtier blk: '%s' is not HOSTNQN=FILE\n", arg.c_str());
+    std::exit(2);
+  }
+  return {arg.substr(0, eq), secret_from_file(arg.substr(eq + 1))};
+}
+
 void print_export_row(const v1::Export& e) {
   std::string hosts = e.allow_any_host() ? "any" : "";
-  for (const auto& h : e.allowed_hosts()) hosts += (hosts.empty() ? "" : ",") + h;
+  for (const auto& h : e.allowed_hosts()) {
+    const bool key = std::find(e.authenticated_hosts().begin(), e.authenticated_hosts().end(), h) !=
+                     e.authenticated_hosts().end();
+    hosts += (hosts.empty() ? "" : ",") + h + (key ? " (DH-HMAC-CHAP)" : "");
+  }
   if (hosts.empty()) hosts = "none";
   std::cout << fmt::format("{:<36} {:<14} {:<22} {:<10} {:>6} {:>10} {:>10}  {}\n", e.nqn(),
                            e.volume(), fmt::format("{}:{}", e.address(), e.port()), e.state(),
@@ -295,6 +325,7 @@ void add_create_volume_commands(CLI::App* blk, const std::shared_ptr<BlkCli>& c)
     uint32_t port = 4420, nsid = 1, io_queues = 1;
     bool hdgst = false, ddgst = false;
     double reconnect_delay_s = 1, ctrl_loss_tmo_s = 600, fast_io_fail_tmo_s = 5;
+    std::string dhchap_secret_file, dhchap_ctrl_secret_file;
   };
   auto ra = std::make_shared<RemoteArgs>();
   auto* crm = blk->add_subcommand(
@@ -319,6 +350,10 @@ void add_create_volume_commands(CLI::App* blk, const std::shared_ptr<BlkCli>& c)
   crm->add_option("--fast-io-fail-tmo", ra->fast_io_fail_tmo_s,
                   "Seconds after a loss before I/O fails instead of waiting (negative: never)")
       ->capture_default_str();
+  crm->add_option("--dhchap-secret-file", ra->dhchap_secret_file,
+                  "File (mode 0600) with this host's DH-HMAC-CHAP secret, for a target that asks");
+  crm->add_option("--dhchap-ctrl-secret-file", ra->dhchap_ctrl_secret_file,
+                  "File (mode 0600) with the target's secret: it must prove it holds it");
   add_common(crm, c.get());
   crm->callback([c, ra] {
     auto ms = [](double s) { return static_cast<int64_t>(s * 1000); };
@@ -336,6 +371,12 @@ void add_create_volume_commands(CLI::App* blk, const std::shared_ptr<BlkCli>& c)
     // 0 means "default" on the wire, so an explicit 0 s is sent as 1 ms.
     r.set_ctrl_loss_tmo_ms(ms(ra->ctrl_loss_tmo_s) == 0 ? 1 : ms(ra->ctrl_loss_tmo_s));
     r.set_fast_io_fail_tmo_ms(ms(ra->fast_io_fail_tmo_s) == 0 ? 1 : ms(ra->fast_io_fail_tmo_s));
+    if (!ra->dhchap_secret_file.empty()) {
+      r.set_dhchap_secret(secret_from_file(ra->dhchap_secret_file));
+    }
+    if (!ra->dhchap_ctrl_secret_file.empty()) {
+      r.set_dhchap_ctrl_secret(secret_from_file(ra->dhchap_ctrl_secret_file));
+    }
     exit_with_volume(*c, &v1::BlockDaemon::Stub::CreateRemote, r);
   });
 }
@@ -539,6 +580,17 @@ void add_export_commands(CLI::App* blk, const std::shared_ptr<BlkCli>& c) {
   add_ranged_option(cr, "--port", c->port, "Listen port", 1, 65535);
   cr->add_option("--allow-host", c->allowed_hosts, "Host NQN allowed to connect (repeat)");
   cr->add_flag("--allow-any-host", c->allow_any_host, "Let any host NQN connect");
+  cr->add_option(
+      "--host-key", c->host_keys,
+      "HOSTNQN=FILE: that host must authenticate (DH-HMAC-CHAP) with the secret in\n"
+      "FILE (mode 0600; `kvtier nvmf gen-dhchap-key` makes one) on every queue (repeat)");
+  cr->add_option("--host-ctrl-key", c->host_ctrl_keys,
+                 "HOSTNQN=FILE: the secret the export proves itself with to that host (repeat)");
+  cr->add_option("--dhgroup", c->dhgroup,
+                 "DH group required of authenticating hosts (null, ffdhe2048 ... ffdhe8192)")
+      ->default_str("ffdhe2048");
+  cr->add_option("--hash", c->hash, "Hash used when the host offers it (sha256, sha384, sha512)")
+      ->default_str("sha256");
   add_common(cr, c.get());
   cr->callback([c] {
     v1::CreateExportRequest r;
@@ -548,6 +600,25 @@ void add_export_commands(CLI::App* blk, const std::shared_ptr<BlkCli>& c) {
     r.set_port(c->port);
     for (const auto& h : c->allowed_hosts) r.add_allowed_hosts(h);
     r.set_allow_any_host(c->allow_any_host);
+    for (const auto& arg : c->host_keys) {
+      auto [host, secret] = host_secret(arg);
+      v1::ExportHostKey* k = r.add_host_keys();
+      k->set_hostnqn(host);
+      k->set_dhchap_secret(secret);
+      k->set_hash(c->hash);
+      k->set_dhgroup(c->dhgroup);
+    }
+    for (const auto& arg : c->host_ctrl_keys) {
+      auto [host, secret] = host_secret(arg);
+      auto it = std::find_if(r.mutable_host_keys()->begin(), r.mutable_host_keys()->end(),
+                             [&](const v1::ExportHostKey& k) { return k.hostnqn() == host; });
+      if (it == r.mutable_host_keys()->end()) {
+        std::fprintf(stderr, "kvtier blk: --host-ctrl-key %s needs a --host-key for it\n",
+                     host.c_str());
+        std::exit(2);
+      }
+      it->set_dhchap_ctrl_secret(secret);
+    }
     if (c->allowed_hosts.empty() && !c->allow_any_host) {
       std::fprintf(stderr, "kvtier blk: note: no --allow-host given, so no host can connect yet\n");
     }

@@ -19,6 +19,7 @@
 
 #include "common/buffer.h"
 #include "daemon_harness.h"
+#include "nvmf/dhchap.h"
 #include "nvmf/host_device.h"
 
 namespace {
@@ -309,6 +310,84 @@ TEST_F(BlockdTest, NvmeTcpExportServesAVolumeAndSurvivesKillAndRestart) {
   r = cli(d_, "export list --json");
   EXPECT_EQ(r.out.find(kExportNqn), std::string::npos) << r.out;
   EXPECT_EQ(cli(d_, "delete f0").code, 0);
+}
+
+// Writes a DH-HMAC-CHAP secret to `path` with `mode`; returns its text.
+std::string write_secret(const fs::path& path, int mode, uint8_t transform = 1) {
+  const std::string s =
+      kvtier::nvmf::dhchap::format_secret(*kvtier::nvmf::dhchap::generate_secret(transform, 32));
+  std::ofstream(path) << s << "\n";
+  fs::permissions(path, static_cast<fs::perms>(mode), fs::perm_options::replace);
+  return s;
+}
+
+// An export whose host must authenticate (DH-HMAC-CHAP, both ways), created
+// through the CLI from owner-only key files; the keys survive a SIGKILL and
+// restart (in a config only root reads) and are never shown; the daemon's own
+// remote volume authenticates to the export with the same files.
+TEST_F(BlockdTest, ExportWithHostKeysAuthenticatesAcrossRestartAndRemoteVolumesUseThem) {
+  make_files(1, 16);
+  if (HasFatalFailure()) return;
+  const int port = free_port();
+  const std::string host_key = write_secret(dir_ / "host.key", 0600);
+  const std::string ctrl_key = write_secret(dir_ / "ctrl.key", 0600, 3);
+  write_secret(dir_ / "open.key", 0644);
+  const std::string create = std::string("export create ") + kExportNqn + " --volume f0 --port " +
+                             std::to_string(port) + " --allow-host " + kHostA +
+                             " --host-ctrl-key " + kHostA + "=" + (dir_ / "ctrl.key").string();
+  // A key file other users can read is refused before anything is sent.
+  auto r = cli(d_, create + " --host-key " + kHostA + "=" + (dir_ / "open.key").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("chmod 600"), std::string::npos) << r.err;
+  r = cli(d_, create + " --host-key " + kHostA + "=" + (dir_ / "host.key").string() + " --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("authenticated"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find(host_key.substr(10, 20)), std::string::npos) << "a secret was shown";
+
+  const auto connect = [&](const std::string& secret, const std::string& ctrl) {
+    using namespace std::chrono_literals;
+    kvtier::nvmf::HostOptions o;
+    o.port = static_cast<uint16_t>(port);
+    o.subnqn = kExportNqn;
+    o.hostnqn = kHostA;
+    o.reconnect_delay = 0ms;
+    o.dhchap_secret = secret;
+    o.dhchap_ctrl_secret = ctrl;
+    return kvtier::nvmf::NvmeTcpDevice::connect(o);
+  };
+  const std::string data = random_bytes(256 << 10, 11);
+  {
+    auto dev = connect(host_key, ctrl_key);
+    ASSERT_TRUE(dev.ok()) << dev.status().to_string();
+    ASSERT_TRUE((*dev)->write_sync(0, kvtier::as_bytes_view(data.data(), data.size())).ok());
+  }
+  EXPECT_EQ(connect("", "").status().code(), kvtier::StatusCode::kPermissionDenied);
+  EXPECT_EQ(connect(write_secret(dir_ / "other.key", 0600), "").status().code(),
+            kvtier::StatusCode::kPermissionDenied);
+
+  // The config now holds secrets: only its owner may read it.
+  EXPECT_EQ(fs::status(config_).permissions() & (fs::perms::group_all | fs::perms::others_all),
+            fs::perms::none);
+  stop_daemon(d_, SIGKILL);
+  d_ = start_daemon(config_);
+  EXPECT_EQ(connect("", "").status().code(), kvtier::StatusCode::kPermissionDenied);
+  {
+    auto dev = connect(host_key, ctrl_key);
+    ASSERT_TRUE(dev.ok()) << dev.status().to_string();
+    EXPECT_EQ(nvme_read(**dev, 0, data.size()), data);
+  }
+
+  // A remote volume of this daemon on that export: refused without its
+  // secret, served with it.
+  const std::string remote = "create-remote r0 --port " + std::to_string(port) + " --nqn " +
+                             kExportNqn + " --hostnqn " + kHostA + " --ctrl-loss-tmo 2";
+  r = cli(d_, remote);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("DH-HMAC-CHAP"), std::string::npos) << r.err;
+  r = cli(d_, remote + " --dhchap-secret-file " + (dir_ / "host.key").string() +
+                  " --dhchap-ctrl-secret-file " + (dir_ / "ctrl.key").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(read_data("r0", 0, data.size()), data);
 }
 
 // Polls `show NAME --json` until its output contains `needle` or `seconds` pass.
