@@ -28,9 +28,10 @@ class Transaction {
     KVTIER_RETURN_IF_ERROR(ch_.send(dhchap::encode(n)));
     auto challenge = receive<dhchap::Challenge>("Challenge");
     if (!challenge.ok()) return challenge.status();
-    KVTIER_RETURN_IF_ERROR(reply(*challenge));
+    Status sent = reply(*challenge);
+    if (!sent.ok()) return after_reply(sent);
     auto success = receive<dhchap::Success1>("Success1");
-    if (!success.ok()) return success.status();
+    if (!success.ok()) return after_reply(success.status());
     return finish(*success);
   }
 
@@ -97,6 +98,19 @@ class Transaction {
   }
 
   // Tells the controller (Failure2) and fails the transaction.
+  // Once the controller has our response it may refuse by dropping the
+  // queue instead of sending Failure1 (the Linux target tears the queue down
+  // as it queues Failure1, so either can arrive first). The code stays
+  // Unavailable, since a network failure at this moment looks the same, but
+  // the message says what probably happened.
+  static Status after_reply(const Status& st) {
+    if (st.code() != StatusCode::kUnavailable) return st;
+    return Status::unavailable(
+        fmt::format("nvmf host: the controller closed the connection after the host's DH-HMAC-CHAP "
+                    "response (it may have refused the host key): {}",
+                    st.message()));
+  }
+
   Status give_up(Reason reason, const std::string& why) {
     (void)ch_.send(dhchap::encode(dhchap::Failure{tid_, false, reason}));
     return Status::permission_denied(fmt::format("nvmf host: authentication failed: {}", why));
