@@ -414,20 +414,63 @@ std::function<void(blk::DeviceStats&)> counts_read(uint64_t n) {
     s.bytes_read += n;
   };
 }
+std::function<void(blk::DeviceStats&)> counts_write(uint64_t n) {
+  return [n](blk::DeviceStats& s) {
+    s.writes++;
+    s.bytes_written += n;
+  };
+}
 }  // namespace
 
 void NvmeTcpDevice::read(uint64_t offset, MutableByteView dst, blk::IoCallback cb) {
   Status st = check_io(offset, dst.size(), dst.data());
   if (!st.ok()) return finish(st, nullptr, cb);
-  if (dst.size() <= max_transfer_ && try_read_async(offset, dst, cb)) return;
+  if (dst.size() <= max_transfer_) {
+    auto cmd = std::make_unique<Command>();
+    fill_read(*cmd, offset, dst);
+    if (try_async(cmd, counts_read(dst.size()), cb,
+                  [this, offset, dst] { return read_blocking(offset, dst); })) {
+      async_reads_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  }
   submitters_->post([this, offset, dst, cb = std::move(cb)] {
     finish(read_blocking(offset, dst), counts_read(dst.size()), cb);
   });
 }
 
-bool NvmeTcpDevice::try_read_async(uint64_t offset, MutableByteView dst,
-                                   const blk::IoCallback& cb) {
-  if (Queue::on_receiver_thread()) return false;  // a read issued from a completion
+void NvmeTcpDevice::readv(uint64_t offset, std::span<const MutableByteView> parts,
+                          blk::IoCallback cb) {
+  uint64_t total = 0;
+  for (const MutableByteView& p : parts) {
+    Status st = check_io(offset + total, p.size(), p.data());
+    if (!st.ok()) return finish(st, nullptr, cb);
+    total += p.size();
+  }
+  if (parts.empty())
+    return finish(Status::invalid_argument(name() + ": readv of nothing"), nullptr, cb);
+  // One Read command for the whole range when it fits one; its C2H data is
+  // scattered over the parts as it arrives.
+  if (total > max_transfer_ || parts.size() > kMaxReadvParts) {
+    return BlockDevice::readv(offset, parts, std::move(cb));
+  }
+  std::vector<MutableByteView> owned(parts.begin(), parts.end());
+  auto cmd = std::make_unique<Command>();
+  fill_readv(*cmd, offset, owned);
+  if (try_async(cmd, counts_read(total), cb,
+                [this, offset, owned] { return readv_blocking(offset, owned); })) {
+    async_reads_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  submitters_->post([this, offset, owned = std::move(owned), total, cb = std::move(cb)] {
+    finish(readv_blocking(offset, owned), counts_read(total), cb);
+  });
+}
+
+bool NvmeTcpDevice::try_async(std::unique_ptr<Command>& cmd,
+                              std::function<void(blk::DeviceStats&)> count,
+                              const blk::IoCallback& cb, std::function<Status()> retry) {
+  if (Queue::on_receiver_thread()) return false;  // a request issued from a completion
   std::shared_ptr<Queue> q;
   uint64_t gen = 0;
   {
@@ -436,36 +479,31 @@ bool NvmeTcpDevice::try_read_async(uint64_t offset, MutableByteView dst,
     q = io_[next_queue_++ % io_.size()];
     gen = generation_;
   }
-  auto cmd = std::make_unique<Command>();
-  fill_read(*cmd, offset, dst);
   {
     std::lock_guard lk(async_mu_);
     ++async_in_flight_;
   }
-  auto done = [this, gen, offset, dst, cb](Status st, Command& c) {
+  auto done = [this, gen, count, cb, retry](Status st, Command& c) {
     if (st.ok()) {
-      finish(nvme_status(c.status, "I/O command"), counts_read(dst.size()), cb);
+      finish(nvme_status(c.status, "I/O command"), count, cb);
     } else {
-      // The connection failed under the read: retry it the blocking way,
+      // The connection failed under the command: retry it the blocking way,
       // which waits for the reconnect or fails as configured. Not on the
       // receiver thread, which must never wait for state_mu_ (a reconnect
       // holds it while it joins the old receivers).
-      submitters_->post([this, gen, st, offset, dst, cb] {
+      submitters_->post([this, gen, st, count, cb, retry] {
         lost(gen, st);
-        finish(read_blocking(offset, dst), counts_read(dst.size()), cb);
+        finish(retry(), count, cb);
       });
     }
-    end_async_read();
+    end_async();
   };
-  if (q->submit(cmd, std::move(done))) {
-    async_reads_.fetch_add(1, std::memory_order_relaxed);
-    return true;
-  }
-  end_async_read();
+  if (q->submit(cmd, std::move(done))) return true;
+  end_async();
   return false;
 }
 
-void NvmeTcpDevice::end_async_read() {
+void NvmeTcpDevice::end_async() {
   std::lock_guard lk(async_mu_);
   if (--async_in_flight_ == 0) async_cv_.notify_all();
 }
@@ -478,17 +516,50 @@ void NvmeTcpDevice::fill_read(Command& c, uint64_t offset, MutableByteView dst) 
   c.in = dst;
 }
 
+void NvmeTcpDevice::fill_readv(Command& c, uint64_t offset,
+                               const std::vector<MutableByteView>& parts) const {
+  uint64_t n = 0;
+  for (const MutableByteView& p : parts) n += p.size();
+  c.sqe = make_sqe(0x02, opt_.nsid, uint32_t(n));
+  put64(&c.sqe[40], offset / block_size_);
+  put32(&c.sqe[48], uint32_t(n / block_size_ - 1));
+  c.in_parts = parts;
+}
+
+void NvmeTcpDevice::fill_write(Command& c, uint64_t offset, ByteView src) const {
+  const auto n = uint32_t(src.size());
+  c.in_capsule = n <= inline_write_max_;
+  c.sqe = make_sqe(0x01, opt_.nsid, n, c.in_capsule ? 0x01 : 0x5A);
+  put64(&c.sqe[40], offset / block_size_);
+  put32(&c.sqe[48], n / block_size_ - 1);
+  c.out = src;
+}
+
+void NvmeTcpDevice::fill_trim(Command& c, uint64_t offset, uint64_t blocks) const {
+  uint8_t* range = c.owned_data.data();
+  std::memset(range, 0, 16);
+  put32(range + 4, uint32_t(blocks));
+  put64(range + 8, offset / block_size_);
+  c.sqe = make_sqe(0x09, opt_.nsid, 16, 0x01);  // ranges in the capsule, as Linux sends them
+  put32(&c.sqe[44], 0x4);                       // AD: deallocate
+  c.out = as_bytes_view(range, 16);
+  c.in_capsule = true;
+}
+
 void NvmeTcpDevice::write(uint64_t offset, ByteView src, blk::IoCallback cb) {
   Status st = check_io(offset, src.size(), src.data());
   if (!st.ok()) return finish(st, nullptr, cb);
+  if (src.size() <= max_transfer_) {
+    auto cmd = std::make_unique<Command>();
+    fill_write(*cmd, offset, src);
+    if (try_async(cmd, counts_write(src.size()), cb,
+                  [this, offset, src] { return write_blocking(offset, src); })) {
+      async_writes_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  }
   submitters_->post([this, offset, src, cb = std::move(cb)] {
-    finish(
-        write_blocking(offset, src),
-        [n = src.size()](blk::DeviceStats& s) {
-          s.writes++;
-          s.bytes_written += n;
-        },
-        cb);
+    finish(write_blocking(offset, src), counts_write(src.size()), cb);
   });
 }
 
@@ -502,29 +573,33 @@ Status NvmeTcpDevice::read_sync(uint64_t offset, MutableByteView dst) {
 Status NvmeTcpDevice::write_sync(uint64_t offset, ByteView src) {
   Status st = check_io(offset, src.size(), src.data());
   if (st.ok()) st = write_blocking(offset, src);
-  finish(
-      st,
-      [n = src.size()](blk::DeviceStats& s) {
-        s.writes++;
-        s.bytes_written += n;
-      },
-      [](Status) {});
+  finish(st, counts_write(src.size()), [](Status) {});
   return st;
 }
 
 void NvmeTcpDevice::flush(blk::IoCallback cb) {
-  submitters_->post([this, cb = std::move(cb)] {
-    finish(
-        flush_blocking(), [](blk::DeviceStats& s) { s.flushes++; }, cb);
-  });
+  auto counts_flush = [](blk::DeviceStats& s) { s.flushes++; };
+  auto cmd = std::make_unique<Command>();
+  cmd->sqe = make_sqe(0x00, opt_.nsid, 0);
+  if (try_async(cmd, counts_flush, cb, [this] { return flush_blocking(); })) return;
+  submitters_->post(
+      [this, counts_flush, cb = std::move(cb)] { finish(flush_blocking(), counts_flush, cb); });
 }
 
 void NvmeTcpDevice::trim(uint64_t offset, uint64_t length, blk::IoCallback cb) {
   Status st = check_io(offset, length, nullptr);
   if (!st.ok()) return finish(st, nullptr, cb);
-  submitters_->post([this, offset, length, cb = std::move(cb)] {
-    finish(
-        trim_blocking(offset, length), [](blk::DeviceStats& s) { s.trims++; }, cb);
+  auto counts_trim = [](blk::DeviceStats& s) { s.trims++; };
+  if (length / block_size_ <= 0xFFFFFFFFu) {
+    auto cmd = std::make_unique<Command>();
+    fill_trim(*cmd, offset, length / block_size_);
+    if (try_async(cmd, counts_trim, cb,
+                  [this, offset, length] { return trim_blocking(offset, length); })) {
+      return;
+    }
+  }
+  submitters_->post([this, offset, length, counts_trim, cb = std::move(cb)] {
+    finish(trim_blocking(offset, length), counts_trim, cb);
   });
 }
 
@@ -553,16 +628,18 @@ Status NvmeTcpDevice::read_blocking(uint64_t offset, MutableByteView dst) {
   return st;
 }
 
+Status NvmeTcpDevice::readv_blocking(uint64_t offset, const std::vector<MutableByteView>& parts) {
+  Command c;
+  fill_readv(c, offset, parts);
+  return run(c);
+}
+
 Status NvmeTcpDevice::write_blocking(uint64_t offset, ByteView src) {
   Status st;
   for (uint64_t done = 0; st.ok() && done < src.size();) {
     const uint32_t n = uint32_t(std::min<uint64_t>(src.size() - done, max_transfer_));
     Command c;
-    c.in_capsule = n <= inline_write_max_;
-    c.sqe = make_sqe(0x01, opt_.nsid, n, c.in_capsule ? 0x01 : 0x5A);
-    put64(&c.sqe[40], (offset + done) / block_size_);
-    put32(&c.sqe[48], n / block_size_ - 1);
-    c.out = src.subspan(done, n);
+    fill_write(c, offset + done, src.subspan(done, n));
     st = run(c);
     done += n;
   }
@@ -579,14 +656,8 @@ Status NvmeTcpDevice::trim_blocking(uint64_t offset, uint64_t length) {
   Status st;
   for (uint64_t done = 0; st.ok() && done < length;) {
     const uint64_t blocks = std::min<uint64_t>((length - done) / block_size_, 0xFFFFFFFFu);
-    uint8_t range[16] = {};
-    put32(range + 4, uint32_t(blocks));
-    put64(range + 8, (offset + done) / block_size_);
     Command c;
-    c.sqe = make_sqe(0x09, opt_.nsid, 16, 0x01);  // ranges in the capsule, as Linux sends them
-    put32(&c.sqe[44], 0x4);                       // AD: deallocate
-    c.out = as_bytes_view(range, 16);
-    c.in_capsule = true;
+    fill_trim(c, offset + done, blocks);
     st = run(c);
     done += blocks * block_size_;
   }
@@ -596,6 +667,7 @@ Status NvmeTcpDevice::trim_blocking(uint64_t offset, uint64_t length) {
 blk::DeviceCapabilities NvmeTcpDevice::capabilities() const {
   blk::DeviceCapabilities c;
   c.direct_reads = true;
+  c.vectored_reads = true;
   c.alignment = buffer_alignment();
   c.max_transfer_bytes = max_transfer_;  // larger requests are split into commands
   return c;

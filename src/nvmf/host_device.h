@@ -6,15 +6,17 @@
 // has passed since the loss (and everything fails after ctrl_loss_tmo). Every
 // socket wait is bounded by io_timeout, so no call ever hangs.
 //
-// Threads: requests may be submitted from any thread and return at once. A
-// read of at most one command's size, while the device is up and a queue
-// has a free command id, is sent by the caller's thread itself on a queue
-// picked round robin, and its callback runs on that queue's receiver thread
-// (the thread that placed its C2H data straight into the caller's buffer):
-// no thread waits for it. Everything else (writes, larger reads, reads while
-// reconnecting or with every command id taken, and the retry of a read whose
-// connection failed) runs on one of the device's submitter threads (as many
-// as the queues can hold commands: io_queues x (queue_size - 1), at most
+// Threads: requests may be submitted from any thread and return at once.
+// While the device is up and a queue has a free command id, a request of at
+// most one command's size (read, vectored read, write, flush, trim) is sent
+// by the caller's thread itself on a queue picked round robin, and its
+// callback runs on that queue's receiver thread (the thread that placed its
+// C2H data straight into the caller's buffers): no thread waits for it. A
+// write the controller pulls with R2T has its data sent by the queue's data
+// sender thread. The rest (larger requests, requests while reconnecting or
+// with every command id taken, requests issued from a completion callback,
+// and the retry of a command whose connection failed) runs on one of the
+// device's submitter threads (io_queues x (queue_size - 1) of them, at most
 // 256), each of which blocks while its command is in flight. A queue keeps
 // up to queue_size - 1 commands in flight, told apart by command id. A
 // keep-alive thread owns the admin queue's periodic traffic.
@@ -92,18 +94,25 @@ class NvmeTcpDevice : public blk::BlockDevice {
   void write(uint64_t offset, ByteView src, blk::IoCallback cb) override;
   void flush(blk::IoCallback cb) override;
   void trim(uint64_t offset, uint64_t length, blk::IoCallback cb) override;
+  // One Read command for the whole range (when it fits one and has at most
+  // kMaxReadvParts parts), its data scattered over the parts.
+  void readv(uint64_t offset, std::span<const MutableByteView> parts, blk::IoCallback cb) override;
+  static constexpr size_t kMaxReadvParts = 256;
   // A caller that waits anyway runs its command on its own thread, without
   // the hand-off to a submitter.
   Status read_sync(uint64_t offset, MutableByteView dst) override;
   Status write_sync(uint64_t offset, ByteView src) override;
   blk::DeviceStats stats() const override;
-  // Reads land straight in the caller's buffer (C2H data is received into
-  // it); no registered buffers, so the disk tier still stages its reads.
+  // Reads land straight in the caller's buffers (C2H data is received into
+  // them) and vectored reads are one command; no registered buffers, so the
+  // disk tier still stages its reads.
   blk::DeviceCapabilities capabilities() const override;
 
   uint64_t reconnects() const { return reconnects_; }
-  // Reads sent by the caller's thread with no thread waiting for them.
+  // Reads (plain or vectored) and writes sent by the caller's thread with no
+  // thread waiting for them.
   uint64_t async_reads() const { return async_reads_; }
+  uint64_t async_writes() const { return async_writes_; }
   // The most commands that were ever in flight at once on one I/O queue.
   uint32_t peak_in_flight() const { return peak_in_flight_; }
   bool connected() const;
@@ -123,14 +132,23 @@ class NvmeTcpDevice : public blk::BlockDevice {
   // for it (or refused because the controller did not ask and should have).
   Status authenticate_queue(Queue& q, uint16_t qid, uint32_t connect_dw0);
   Status run(Command& cmd);
-  // Sends a read without a waiting thread (see the top of this file);
-  // false when it cannot, and the caller takes the blocking path.
-  bool try_read_async(uint64_t offset, MutableByteView dst, const blk::IoCallback& cb);
-  void end_async_read();  // one read sent by try_read_async is done
-  // A Read command of `dst` (at most max_transfer_) at byte `offset`.
+  // Sends `cmd` without a waiting thread (see the top of this file): `cb`
+  // gets its outcome, counted with `count`, and if its connection fails the
+  // command is redone by `retry` on a submitter. False, leaving `cmd`, when
+  // it cannot; the caller then takes the blocking path.
+  bool try_async(std::unique_ptr<Command>& cmd, std::function<void(blk::DeviceStats&)> count,
+                 const blk::IoCallback& cb, std::function<Status()> retry);
+  void end_async();  // one command sent by try_async is done
+  // One command's SQE and buffers: a Read of `dst` (or of `parts`, in
+  // order), a Write of `src` (in the capsule when it fits), a Dataset
+  // Management deallocate of `blocks` blocks. Each at most max_transfer_.
   void fill_read(Command& c, uint64_t offset, MutableByteView dst) const;
+  void fill_readv(Command& c, uint64_t offset, const std::vector<MutableByteView>& parts) const;
+  void fill_write(Command& c, uint64_t offset, ByteView src) const;
+  void fill_trim(Command& c, uint64_t offset, uint64_t blocks) const;
   // The blocking bodies of read/write/flush/trim, run by a submitter.
   Status read_blocking(uint64_t offset, MutableByteView dst);
+  Status readv_blocking(uint64_t offset, const std::vector<MutableByteView>& parts);
   Status write_blocking(uint64_t offset, ByteView src);
   Status flush_blocking();
   Status trim_blocking(uint64_t offset, uint64_t length);
@@ -167,11 +185,12 @@ class NvmeTcpDevice : public blk::BlockDevice {
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> reconnects_{0};
   std::atomic<uint64_t> async_reads_{0};
+  std::atomic<uint64_t> async_writes_{0};
   std::atomic<uint32_t> peak_in_flight_{0};
   std::thread keepalive_;
   mutable std::mutex stats_mu_;
   blk::DeviceStats stats_;
-  // Reads sent by try_read_async and not yet called back; the destructor
+  // Commands sent by try_async and not yet called back; the destructor
   // waits for them before the submitters (which retry failed ones) go.
   std::mutex async_mu_;
   std::condition_variable async_cv_;

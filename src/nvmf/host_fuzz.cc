@@ -1,8 +1,9 @@
 // libFuzzer target over the NVMe/TCP host (NvmeTcpDevice): what a broken or
 // malicious target sends. A scripted target on loopback answers each PDU the
 // host sends with the next chunk of a valid transcript (ICResp, Connect,
-// Property Set, Identify, Set Features, a blocking read, a write through R2T
-// and a read with a callback, or a discovery log), after the fuzz input's
+// Property Set, Identify, Set Features, a blocking read, a write through R2T,
+// a read and a write (R2T) with callbacks, a vectored read into two
+// buffers, or a discovery log), after the fuzz input's
 // edits to those chunks. The host
 // runs its real sockets, threads and timeouts; ASan and UBSan watch every
 // byte it writes into the caller's buffers. With no edits, the transcript
@@ -138,7 +139,10 @@ std::vector<Connection> connect_transcript(Digests d) {
                       identify_controller(d),
                       resp(d),  // Set Features: one I/O queue
                       identify_namespace(d)};
-  Connection io = {icresp(d), resp(d), read_answer(d), r2t(d), resp(d), read_answer(d)};
+  // Blocking read, blocking write (R2T), read with a callback, write with a
+  // callback (R2T answered by the data sender), vectored read.
+  Connection io = {icresp(d),      resp(d), read_answer(d), r2t(d),        resp(d),
+                   read_answer(d), r2t(d),  resp(d),        read_answer(d)};
   return {admin, io};
 }
 
@@ -312,25 +316,41 @@ void run_connect(uint16_t port, Digests d, bool pristine) {
   std::memset(out.get(), 0x33, kIoBytes);
   const Status ws = (*dev)->write_sync(0, ByteView(out.get(), kIoBytes));
   if (pristine && !ws.ok()) __builtin_trap();
-  // A read with a callback: sent without a waiting thread, completed (or
-  // failed, then retried and failed) from the queue's receiver.
+  // A read and a write with callbacks, then a vectored read: sent without a
+  // waiting thread, completed (or failed, then retried and failed) from the
+  // queue's receiver; the write's data goes out from the data sender.
   std::mutex mu;
   std::condition_variable cv;
   int calls = 0;
-  Status as;
-  (*dev)->read(0, MutableByteView(in.get(), kIoBytes), [&](Status st) {
-    std::lock_guard lk(mu);
-    as = st;
-    ++calls;
-    cv.notify_all();
-  });
-  {
+  auto call = [&](auto&& issue) {
+    Status got;
+    const int before = calls;
+    issue([&](Status st) {
+      std::lock_guard lk(mu);
+      got = st;
+      ++calls;
+      cv.notify_all();
+    });
     std::unique_lock lk(mu);
-    cv.wait(lk, [&] { return calls > 0; });
-  }
+    cv.wait(lk, [&] { return calls > before; });
+    return got;
+  };
+  const Status as =
+      call([&](blk::IoCallback cb) { (*dev)->read(0, MutableByteView(in.get(), kIoBytes), cb); });
   if (pristine && (!as.ok() || (*dev)->async_reads() != 1)) __builtin_trap();
+  const Status aw =
+      call([&](blk::IoCallback cb) { (*dev)->write(0, ByteView(out.get(), kIoBytes), cb); });
+  if (pristine && (!aw.ok() || (*dev)->async_writes() != 1)) __builtin_trap();
+  auto first = std::make_unique<std::byte[]>(kIoBytes / 2);
+  auto second = std::make_unique<std::byte[]>(kIoBytes / 2);
+  const MutableByteView parts[] = {{first.get(), kIoBytes / 2}, {second.get(), kIoBytes / 2}};
+  const Status vs = call([&](blk::IoCallback cb) { (*dev)->readv(0, parts, cb); });
+  if (pristine && (!vs.ok() || (*dev)->async_reads() != 2 || first[0] != std::byte{kPattern} ||
+                   second[kIoBytes / 2 - 1] != std::byte{kPattern})) {
+    __builtin_trap();
+  }
   dev->reset();
-  if (calls != 1) __builtin_trap();  // called back exactly once
+  if (calls != 3) __builtin_trap();  // each called back exactly once
 }
 
 void run_discovery(uint16_t port, Digests d, bool pristine) {

@@ -50,6 +50,7 @@ Result<std::shared_ptr<NvmeTcpDevice::Queue>> NvmeTcpDevice::Queue::open(
   tune_socket(fd);
   KVTIER_RETURN_IF_ERROR(q->handshake());
   q->receiver_ = std::thread([p = q.get()] { p->receive_loop(); });
+  q->data_sender_ = std::thread([p = q.get()] { p->send_loop(); });
   return q;
 }
 
@@ -66,6 +67,7 @@ bool NvmeTcpDevice::Queue::take_slot_locked(Command& cmd, uint16_t* cid) {
   s = Slot{};
   s.cmd = &cmd;
   s.busy = true;
+  s.serial = ++next_serial_;
   if (peak_) {
     const uint32_t now = uint32_t(slots_.size() - free_.size());
     uint32_t seen = peak_->load();
@@ -139,12 +141,12 @@ bool NvmeTcpDevice::Queue::submit(std::unique_ptr<Command>& cmd, AsyncDone done)
   s.deadline = Clock::now() + io_timeout_;
   s.on_done = std::move(done);
   s.owned = std::move(cmd);
-  s.sending = true;  // the receiver leaves the command alone until sent
+  ++s.sending;  // the receiver leaves the command alone until sent
   const Command& c = *s.cmd;
   lk.unlock();
   const Status st = send_capsule(c, cid);
   lk.lock();
-  s.sending = false;
+  --s.sending;
   recv_cv_.notify_all();
   // From here the receiver owns the command: it completes it, or fails it
   // when the connection goes (as a failed send makes it).
@@ -210,7 +212,7 @@ NvmeTcpDevice::Queue::Slot* NvmeTcpDevice::Queue::slot_for(uint16_t cid) {
 void NvmeTcpDevice::Queue::complete(Slot& s, Status st) {
   std::unique_lock lk(mu_);
   if (s.on_done) {
-    recv_cv_.wait(lk, [&] { return !s.sending; });
+    recv_cv_.wait(lk, [&] { return s.sending == 0; });
     // A submit()ted command: free its id, then call back without the lock.
     AsyncDone done = std::move(s.on_done);
     std::unique_ptr<Command> cmd = std::move(s.owned);
@@ -238,7 +240,8 @@ void NvmeTcpDevice::Queue::receive_loop() {
     why = failed_;
     stream_.shutdown();  // so a capsule still being sent fails at once
     recv_cv_.wait(lk, [&] {
-      return std::none_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.sending; });
+      return std::none_of(slots_.begin(), slots_.end(),
+                          [](const Slot& s) { return s.sending > 0; });
     });
     for (size_t cid = 0; cid < slots_.size(); ++cid) {
       Slot& s = slots_[cid];
@@ -269,27 +272,87 @@ Status NvmeTcpDevice::Queue::receive_c2h_data(const PduLayout& layout, ByteView 
   Slot* s = slot_for(d->cccid);
   if (!s) return Status::corruption("nvmf host: C2HData for no outstanding command");
   Command& cmd = *s->cmd;
+  const uint64_t in_bytes = cmd.in_bytes();
   if (d->length != layout.data_len || d->offset != s->received ||
-      uint64_t(d->offset) + d->length > cmd.in.size()) {
+      uint64_t(d->offset) + d->length > in_bytes) {
     return Status::corruption("nvmf host: C2HData out of range");
   }
-  // Straight into the caller's buffer: no copy on the host side.
-  KVTIER_RETURN_IF_ERROR(stream_.read_exact(cmd.in.data() + d->offset, d->length));
+  // Straight into the caller's buffers: no copy on the host side.
+  uint32_t crc = 0;
+  KVTIER_RETURN_IF_ERROR(receive_scattered(cmd, d->offset, d->length, &crc));
   if (layout.has_ddgst) {
     uint8_t got[4];
     KVTIER_RETURN_IF_ERROR(stream_.read_exact(got, 4));
-    if (get32(got) != digest(ByteView(cmd.in.data() + d->offset, d->length))) {
-      cmd.status = 0x004;  // data transfer error; the connection survives
-    }
+    if (get32(got) != crc) cmd.status = 0x004;  // data transfer error; the connection survives
   }
   s->received += d->length;
   if (layout.ch.flags & kFlagDataSuccess) {
-    if (!(layout.ch.flags & kFlagDataLast) || s->received != cmd.in.size()) {
+    if (!(layout.ch.flags & kFlagDataLast) || s->received != in_bytes) {
       return Status::corruption("nvmf host: SUCCESS on a partial read");
     }
     complete(*s, Status::ok_status());
   }
   return Status::ok_status();
+}
+
+Status NvmeTcpDevice::Queue::receive_scattered(Command& cmd, uint64_t offset, uint32_t len,
+                                               uint32_t* crc) {
+  const MutableByteView single = cmd.in;
+  const std::span<const MutableByteView> parts =
+      cmd.in_parts.empty() ? std::span<const MutableByteView>(&single, 1)
+                           : std::span<const MutableByteView>(cmd.in_parts);
+  uint64_t part_start = 0;
+  for (const MutableByteView& part : parts) {
+    if (len == 0) break;
+    const uint64_t part_end = part_start + part.size();
+    if (offset < part_end) {
+      const uint64_t at = offset - part_start;
+      const auto n = uint32_t(std::min<uint64_t>(len, part.size() - at));
+      KVTIER_RETURN_IF_ERROR(stream_.read_exact(part.data() + at, n));
+      *crc = crc32c_extend(*crc, part.data() + at, n);
+      offset += n;
+      len -= n;
+    }
+    part_start = part_end;
+  }
+  // The caller checked the range against in_bytes(), so nothing is left.
+  return len == 0 ? Status::ok_status() : Status::corruption("nvmf host: C2HData out of range");
+}
+
+void NvmeTcpDevice::Queue::queue_r2t_locked(uint16_t cid, const R2t& r) {
+  r2t_work_.push_back({cid, slots_[cid].serial, r});
+  sender_cv_.notify_one();
+}
+
+void NvmeTcpDevice::Queue::send_loop() {
+  std::unique_lock lk(mu_);
+  for (;;) {
+    // Bounded so a shutdown() (which cannot take mu_) is seen soon.
+    sender_cv_.wait_for(lk, std::chrono::milliseconds(200),
+                        [&] { return closing_.load() || !r2t_work_.empty(); });
+    if (closing_) return;
+    if (r2t_work_.empty()) continue;
+    const R2tWork w = r2t_work_.front();
+    r2t_work_.pop_front();
+    Slot& s = slots_[w.cid];
+    // The command may have completed (a target that answers before it has
+    // its data) or failed since; its id may even hold another command.
+    if (!s.busy || s.done || !s.on_done || s.serial != w.serial) continue;
+    ++s.sending;  // the receiver may not complete it (and free its buffer) meanwhile
+    const Command& c = *s.cmd;
+    lk.unlock();
+    const Status st = send_h2c(c, w.cid, w.r2t);
+    lk.lock();
+    --s.sending;
+    recv_cv_.notify_all();
+    if (!st.ok()) {
+      // As a failed capsule send: the receiver fails every command.
+      if (failed_.ok()) failed_ = st;
+      closing_ = true;
+      stream_.shutdown();
+      return;
+    }
+  }
 }
 
 Status NvmeTcpDevice::Queue::receive_all() {
@@ -329,7 +392,7 @@ Status NvmeTcpDevice::Queue::receive_all() {
         cmd.dw0 = get32(cqe.data());
         const uint16_t status = uint16_t(get16(&cqe[14]) >> 1);
         if (status) cmd.status = status;
-        if (cmd.status == 0 && s->received != cmd.in.size()) {
+        if (cmd.status == 0 && s->received != cmd.in_bytes()) {
           return Status::corruption("nvmf host: short data-in");
         }
         complete(*s, Status::ok_status());
@@ -346,11 +409,15 @@ Status NvmeTcpDevice::Queue::receive_all() {
           return Status::corruption("nvmf host: R2T for no outstanding command");
         }
         Slot& s = slots_[d->cccid];
-        if (s.on_done || s.cmd->in_capsule || uint64_t(d->offset) + d->length > s.cmd->out.size()) {
+        if (s.cmd->in_capsule || uint64_t(d->offset) + d->length > s.cmd->out.size()) {
           return Status::corruption("nvmf host: bad R2T");
         }
-        s.r2t.push_back({d->ttag, d->offset, d->length});
-        s.cv.notify_all();
+        if (s.on_done) {
+          queue_r2t_locked(d->cccid, {d->ttag, d->offset, d->length});
+        } else {
+          s.r2t.push_back({d->ttag, d->offset, d->length});
+          s.cv.notify_all();
+        }
         break;
       }
       default:

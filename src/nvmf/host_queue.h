@@ -11,9 +11,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <span>
 
 #include <spdlog/spdlog.h>
 
@@ -31,8 +34,21 @@ struct NvmeTcpDevice::Command {
   ByteView out;  // data the controller pulls (R2T) or in-capsule data
   bool in_capsule = false;
   MutableByteView in;  // data the controller sends (C2HData)
+  // A vectored read's buffers in order (`in` is then empty): the C2H data
+  // of one command is scattered over them.
+  std::vector<MutableByteView> in_parts;
+  // In-capsule data the command owns (a Dataset Management range), for a
+  // command that outlives its caller's stack.
+  std::array<uint8_t, 16> owned_data{};
   uint32_t dw0 = 0;
   uint16_t status = 0;  // NVMe status field without the phase bit
+
+  uint64_t in_bytes() const {
+    if (in_parts.empty()) return in.size();
+    uint64_t n = 0;
+    for (const MutableByteView& p : in_parts) n += p.size();
+    return n;
+  }
 };
 
 // One TCP connection (admin or I/O queue) with many commands in flight.
@@ -40,11 +56,12 @@ struct NvmeTcpDevice::Command {
 // wait for a free command id), and submit() sends a command without
 // waiting for it. A receiver thread owned by the queue reads every PDU and
 // dispatches it by command id: C2HData goes straight into the caller's
-// buffer, CapsuleResp completes the command (waking exec()'s thread, or
+// buffers, CapsuleResp completes the command (waking exec()'s thread, or
 // running submit()'s callback on the receiver thread), and an R2T is handed
-// to the command's own exec() thread, which sends the H2CData (so the
-// receiver never blocks on a send while the controller blocks on sending to
-// us; submit() takes no command that needs R2T).
+// to the command's own exec() thread, or for a submit()ted command to the
+// queue's data sender thread, which sends the H2CData. So the receiver
+// never blocks on a send while the controller blocks on sending to us, and
+// no thread waits for a submitted command.
 class NvmeTcpDevice::Queue {
  public:
   // `peak` (may be null) records the most commands ever in flight on one queue.
@@ -54,6 +71,11 @@ class NvmeTcpDevice::Queue {
   ~Queue() {
     shutdown();
     if (receiver_.joinable()) receiver_.join();
+    {
+      std::lock_guard lk(mu_);
+      sender_cv_.notify_all();
+    }
+    if (data_sender_.joinable()) data_sender_.join();
   }
 
   void shutdown();
@@ -62,12 +84,13 @@ class NvmeTcpDevice::Queue {
   // failed (the queue is then unusable); NVMe errors come back in cmd.status.
   Status exec(Command& cmd);
 
-  // Sends `cmd` (a read, or a write with its data in the capsule: nothing
-  // that needs R2T) and returns without waiting; `done` runs once on the
+  // Sends `cmd` and returns without waiting; `done` runs once on the
   // receiver thread with the command, OK or the transport's failure, within
-  // io_timeout. False, leaving `cmd` and calling nothing, when no command id
-  // is free, the queue has failed, or the caller is a receiver thread (see
-  // on_receiver_thread()): run the command with exec() instead.
+  // io_timeout. A write the controller pulls with R2T has its data sent by
+  // the queue's data sender thread. False, leaving `cmd` and calling
+  // nothing, when no command id is free, the queue has failed, or the caller
+  // is a receiver thread (see on_receiver_thread()): run the command with
+  // exec() instead.
   using AsyncDone = std::function<void(Status, Command&)>;
   bool submit(std::unique_ptr<Command>& cmd, AsyncDone done);
 
@@ -95,7 +118,10 @@ class NvmeTcpDevice::Queue {
     std::unique_ptr<Command> owned;
     AsyncDone on_done;
     Clock::time_point deadline{};
-    bool sending = false;  // submit() is still sending the capsule
+    // Threads still sending this command's capsule (submit()) or data (the
+    // data sender): until zero the receiver neither completes nor frees it.
+    int sending = 0;
+    uint64_t serial = 0;  // tells a reused command id's commands apart
     Slot& operator=(Slot&& o) {
       cmd = o.cmd;
       busy = o.busy;
@@ -107,6 +133,7 @@ class NvmeTcpDevice::Queue {
       on_done = std::move(o.on_done);
       deadline = o.deadline;
       sending = o.sending;
+      serial = o.serial;
       return *this;
     }
   };
@@ -136,8 +163,15 @@ class NvmeTcpDevice::Queue {
   // Reads PDUs until the connection fails or closes; returns why.
   Status receive_all();
   // The rest of one C2HData PDU whose header is read: its data straight
-  // into the command's buffer, then the digest and SUCCESS checks.
+  // into the command's buffers, then the digest and SUCCESS checks.
   Status receive_c2h_data(const PduLayout& layout, ByteView header);
+  // Reads `len` bytes of `cmd`'s data-in at `offset` into its buffer (or
+  // the parts of a vectored read); `*crc` extended over them.
+  Status receive_scattered(Command& cmd, uint64_t offset, uint32_t len, uint32_t* crc);
+  // An R2T of a submit()ted command: queued for the data sender.
+  void queue_r2t_locked(uint16_t cid, const R2t& r);
+  // The data sender thread: H2CData for submitted commands' R2Ts, in order.
+  void send_loop();
 
   Status handshake();
 
@@ -158,6 +192,15 @@ class NvmeTcpDevice::Queue {
   bool receiver_stopped_ = false;
   std::thread receiver_;
   Clock::time_point next_overdue_check_{};  // receiver thread only
+  uint64_t next_serial_ = 0;                // guarded by mu_
+  struct R2tWork {
+    uint16_t cid;
+    uint64_t serial;
+    R2t r2t;
+  };
+  std::deque<R2tWork> r2t_work_;  // guarded by mu_
+  std::condition_variable sender_cv_;
+  std::thread data_sender_;
 };
 
 }  // namespace kvtier::nvmf
