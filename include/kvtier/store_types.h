@@ -87,6 +87,9 @@ struct DiskTierStats {
   uint64_t tombstones = 0;  // appended by remove()
   bool recovered_from_checkpoint = false;
   uint32_t region_count = 0, regions_in_use = 0;
+  // Of `reads`, those that went to the device in one vectored request with
+  // the read before them (adjacent entries of one batch).
+  uint64_t coalesced_reads = 0;
 };
 
 struct StoreStats {

@@ -171,6 +171,7 @@ DiskTierStats DiskTier::stats() const {
   s.bytes_read = c_->bytes_read.load(kRelaxed);
   s.buffer_reads = c_->buffer_reads.load(kRelaxed);
   s.direct_reads = c_->direct_reads.load(kRelaxed);
+  s.coalesced_reads = c_->coalesced_reads.load(kRelaxed);
   s.direct_revoked = c_->direct_revoked.load(kRelaxed);
   s.direct_overdue_now =
       static_cast<uint64_t>(std::max<int64_t>(0, overdue_direct_->load(std::memory_order_acquire)));

@@ -49,6 +49,10 @@ struct DiskTierOptions {
   uint32_t max_payload_bytes = 2u << 20;
   // Disk reads in flight at most (staging buffers).
   unsigned read_depth = 32;
+  // read_batch_async() sends the staged reads of entries that lie back to
+  // back on the volume as one vectored device request (on devices that
+  // offer vectored reads), of at most this many bytes; 0: one request each.
+  uint32_t coalesce_max_bytes = 1u << 20;
   bool reinsert_hot = true;
   uint16_t reinsert_min_hits = 2;
   double reinsert_max_fraction = 0.25;  // of a region, per reclaim
@@ -96,6 +100,12 @@ class DiskTier {
   // in ReadTarget::wait_until (`deadline_ns` is the caller's, kept for
   // devices that could honour it).
   void read_async(const IndexRecord& rec, std::shared_ptr<ReadTarget> target, uint64_t deadline_ns);
+  // read_async() of each record into its target, where the staged reads of
+  // entries adjacent on the volume go to the device as one vectored request
+  // (DiskTierOptions::coalesce_max_bytes), each into its own staging buffer:
+  // one NVMe/TCP command, one io_uring readv, instead of one per block.
+  void read_batch_async(std::span<const IndexRecord> recs,
+                        std::span<const std::shared_ptr<ReadTarget>> targets, uint64_t deadline_ns);
 
   // Drops the oldest sealed region's entries from the index and frees the
   // region (no reinsertion). For an index that filled before the volume did;
@@ -205,6 +215,14 @@ class DiskTier {
   Status verify_entry(const std::byte* entry, const IndexRecord& rec, const Key128& ns_digest,
                       uint64_t expect_seq_or_zero) const;
   void drop_if_points_here(const IndexRecord& rec);
+  // A read that goes through a staging buffer; see disk_tier_reader.cc.
+  struct StagedRead;
+  // Serves `rec` from a region buffer, fails it, or starts its direct read;
+  // otherwise returns it with its staging buffer, for issue_staged().
+  std::optional<StagedRead> start_read(const IndexRecord& rec, std::shared_ptr<ReadTarget> target);
+  // One device request for `run` (entries back to back on the volume, in
+  // order); each is verified and delivered to its own target.
+  void issue_staged(std::span<StagedRead> run);
   // Starts the direct read of `rec` into target->out(); see read_async.
   // `pin`: the device's pin of the payload's whole pages in out() (the read
   // is then revocable), or -1.
@@ -238,8 +256,9 @@ class DiskTier {
   // Staging buffers for device reads and the counters; shared with in-flight
   // read completions, which may outlive a tier shut down under a hung device.
   std::shared_ptr<StagePool> stage_;
-  std::vector<int> registered_;  // buffers registered with the device
-  bool direct_ok_ = false;       // direct reads allowed on this device (fixed after init)
+  std::vector<int> registered_;      // buffers registered with the device
+  bool direct_ok_ = false;           // direct reads allowed on this device (fixed after init)
+  uint64_t coalesce_max_bytes_ = 0;  // 0: no coalescing (fixed after init)
   // Direct reads past their deadline whose device has not answered yet;
   // while > 0, new reads are staged (they can be abandoned).
   std::shared_ptr<std::atomic<int64_t>> overdue_direct_ = std::make_shared<std::atomic<int64_t>>(0);

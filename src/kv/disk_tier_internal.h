@@ -74,6 +74,7 @@ struct DiskTier::Counters {
   std::atomic<uint64_t> appends{0}, bytes_appended{0}, tombstones{0};
   std::atomic<uint64_t> region_writes{0}, bytes_written{0}, write_errors{0}, write_timeouts{0};
   std::atomic<uint64_t> reads{0}, bytes_read{0}, buffer_reads{0}, direct_reads{0};
+  std::atomic<uint64_t> coalesced_reads{0};
   std::atomic<uint64_t> direct_revoked{0}, direct_unpinned{0};
   std::atomic<uint64_t> read_corrupt{0}, read_io_errors{0};
   std::atomic<uint64_t> regions_reclaimed{0}, entries_evicted{0}, entries_reinserted{0};

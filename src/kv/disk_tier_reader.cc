@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
+#include <optional>
 #include <string>
 
 #include "common/clock.h"
@@ -18,11 +20,65 @@ namespace kvtier::kv {
 
 using namespace disk_internal;  // NOLINT: this tier's own internals
 
+namespace {
+// Entries in one coalesced request at most (the NVMe/TCP host takes 256
+// parts in one command, io_uring's readv 1024).
+constexpr size_t kMaxCoalescedEntries = 64;
+}  // namespace
+
+// A staged read: the entry, the target it is delivered to, and the staging
+// buffer (pooled slot, or a temporary one) the device reads it into.
+struct DiskTier::StagedRead {
+  IndexRecord rec;
+  Key128 ns_digest;
+  std::shared_ptr<ReadTarget> target;
+  int slot = -1;  // in stage_, or -1 with `temp`
+  std::shared_ptr<AlignedBuffer> temp;
+  std::byte* base = nullptr;
+};
+
 void DiskTier::read_async(const IndexRecord& rec, std::shared_ptr<ReadTarget> target,
-                          uint64_t deadline_ns) {
+                          uint64_t /*deadline_ns*/) {
+  std::optional<StagedRead> staged = start_read(rec, std::move(target));
+  if (staged) issue_staged(std::span<StagedRead>(&*staged, 1));
+}
+
+void DiskTier::read_batch_async(std::span<const IndexRecord> recs,
+                                std::span<const std::shared_ptr<ReadTarget>> targets,
+                                uint64_t /*deadline_ns*/) {
+  std::vector<StagedRead> staged;
+  staged.reserve(recs.size());
+  for (size_t i = 0; i < recs.size() && i < targets.size(); ++i) {
+    if (auto s = start_read(recs[i], targets[i])) staged.push_back(std::move(*s));
+  }
+  if (coalesce_max_bytes_ == 0) {
+    for (StagedRead& s : staged) issue_staged(std::span<StagedRead>(&s, 1));
+    return;
+  }
+  // Runs of entries that follow one another on the volume, in volume order.
+  std::sort(staged.begin(), staged.end(), [](const StagedRead& a, const StagedRead& b) {
+    return a.rec.disk_page < b.rec.disk_page;
+  });
+  for (size_t first = 0; first < staged.size();) {
+    uint64_t bytes = entry_bytes(staged[first].rec.length);
+    size_t end = first + 1;
+    for (; end < staged.size() && end - first < kMaxCoalescedEntries; ++end) {
+      const IndexRecord& prev = staged[end - 1].rec;
+      const uint64_t next_page = prev.disk_page + entry_bytes(prev.length) / kPageBytes;
+      const uint64_t eb = entry_bytes(staged[end].rec.length);
+      if (staged[end].rec.disk_page != next_page || bytes + eb > coalesce_max_bytes_) break;
+      bytes += eb;
+    }
+    issue_staged(std::span<StagedRead>(staged.data() + first, end - first));
+    first = end;
+  }
+}
+
+std::optional<DiskTier::StagedRead> DiskTier::start_read(const IndexRecord& rec,
+                                                         std::shared_ptr<ReadTarget> target) {
   if (!valid_page(rec.disk_page) || rec.length == 0 || rec.length > opts_.max_payload_bytes) {
     target->complete(Status::corruption("index record out of range"), {});
-    return;
+    return std::nullopt;
   }
   const Key128 ns_digest = namespaces_->digest(rec.ns);
   const uint32_t region = region_of_page(rec.disk_page);
@@ -40,7 +96,7 @@ void DiskTier::read_async(const IndexRecord& rec, std::shared_ptr<ReadTarget> ta
       // volume does not hold it yet, so reading there would find an older
       // entry and drop a good block. A transient miss keeps the record.
       target->complete(Status::unavailable("entry still being copied into its region"), {});
-      return;
+      return std::nullopt;
     }
     if (in_buffer) {
       // Still in a region buffer (open or flushing) and this entry's bytes
@@ -51,7 +107,7 @@ void DiskTier::read_async(const IndexRecord& rec, std::shared_ptr<ReadTarget> ta
       c_->buffer_reads.fetch_add(1, kRelaxed);
       if (st.code() == StatusCode::kCorruption) c_->read_corrupt.fetch_add(1, kRelaxed);
       target->complete(st, ByteView(entry + kPayloadOffset, rec.length), payload_crc_of(entry));
-      return;
+      return std::nullopt;
     }
   }
   if (direct_ok_ && target->allow_direct() && rec.length >= kPageBytes &&
@@ -62,37 +118,57 @@ void DiskTier::read_async(const IndexRecord& rec, std::shared_ptr<ReadTarget> ta
     auto pin = dev_->register_buffer(target->out().subspan(0, align_down(rec.length, kPageBytes)));
     if (pin.ok() || opts_.direct_reads == DiskTierOptions::DirectReads::kAlways) {
       read_direct(rec, ns_digest, std::move(target), pin.ok() ? *pin : -1);
-      return;
+      return std::nullopt;
     }
     c_->direct_unpinned.fetch_add(1, kRelaxed);
   }
   // A pooled (registered) staging buffer if one is free; otherwise a
   // temporary one. Never wait here: several callers each holding part of
   // the pool while waiting for more would block one another.
+  StagedRead r{rec, ns_digest, std::move(target)};
+  r.slot = stage_->acquire(0);
+  if (r.slot < 0) r.temp = std::make_shared<AlignedBuffer>(eb, kDirectIoAlignment);
+  r.base = r.slot >= 0 ? stage_->buf(r.slot).data() : r.temp->data();
+  return r;
+}
+
+void DiskTier::issue_staged(std::span<StagedRead> run) {
+  auto reads = std::make_shared<std::vector<StagedRead>>(std::make_move_iterator(run.begin()),
+                                                         std::make_move_iterator(run.end()));
+  std::vector<MutableByteView> parts;
+  parts.reserve(reads->size());
+  for (const StagedRead& r : *reads) parts.emplace_back(r.base, entry_bytes(r.rec.length));
+  c_->reads.fetch_add(reads->size(), kRelaxed);
+  c_->coalesced_reads.fetch_add(reads->size() - 1, kRelaxed);
   std::shared_ptr<StagePool> pool = stage_;
-  const int slot = pool->acquire(0);
-  std::shared_ptr<AlignedBuffer> temp;
-  if (slot < 0) temp = std::make_shared<AlignedBuffer>(eb, kDirectIoAlignment);
-  std::byte* base = slot >= 0 ? pool->buf(slot).data() : temp->data();
-  c_->reads.fetch_add(1, kRelaxed);
   std::shared_ptr<Counters> counters = c_;
-  dev_->read(uint64_t{rec.disk_page} * kPageBytes, MutableByteView(base, eb),
-             [pool, slot, temp, base, target, counters, rec, ns_digest, volume_id](Status st) {
-               const std::byte* entry = base;
-               if (st.ok()) {
-                 counters->bytes_read.fetch_add(entry_bytes(rec.length), kRelaxed);
-                 st = check_entry(entry, volume_id, rec.key, ns_digest, rec.length);
-                 if (st.code() == StatusCode::kCorruption) {
-                   counters->read_corrupt.fetch_add(1, kRelaxed);
-                 }
-               } else {
-                 counters->read_io_errors.fetch_add(1, kRelaxed);
-               }
-               target->complete_deferred(st, ByteView(entry + kPayloadOffset, rec.length),
-                                         payload_crc_of(entry), [pool, slot, temp] {
-                                           if (slot >= 0) pool->release(slot);
-                                         });
-             });
+  const uint64_t volume_id = sb_.volume_id;
+  auto done = [pool, reads, counters, volume_id](Status st) {
+    for (StagedRead& r : *reads) {
+      const std::byte* entry = r.base;
+      Status entry_st = st;
+      if (st.ok()) {
+        counters->bytes_read.fetch_add(entry_bytes(r.rec.length), kRelaxed);
+        entry_st = check_entry(entry, volume_id, r.rec.key, r.ns_digest, r.rec.length);
+        if (entry_st.code() == StatusCode::kCorruption) {
+          counters->read_corrupt.fetch_add(1, kRelaxed);
+        }
+      } else {
+        counters->read_io_errors.fetch_add(1, kRelaxed);
+      }
+      r.target->complete_deferred(std::move(entry_st),
+                                  ByteView(entry + kPayloadOffset, r.rec.length),
+                                  payload_crc_of(entry), [pool, slot = r.slot, temp = r.temp] {
+                                    if (slot >= 0) pool->release(slot);
+                                  });
+    }
+  };
+  const uint64_t offset = uint64_t{reads->front().rec.disk_page} * kPageBytes;
+  if (parts.size() == 1) {
+    dev_->read(offset, parts.front(), std::move(done));
+  } else {
+    dev_->readv(offset, parts, std::move(done));
+  }
 }
 
 void DiskTier::read_direct(const IndexRecord& rec, const Key128& ns_digest,

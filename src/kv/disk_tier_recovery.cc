@@ -166,6 +166,12 @@ Status DiskTier::init() {
   direct_ok_ = opts_.direct_reads == DiskTierOptions::DirectReads::kAlways ||
                (opts_.direct_reads == DiskTierOptions::DirectReads::kAuto && caps.direct_reads &&
                 caps.registered_buffers);
+  // Without vectored reads a coalesced request would be split back into one
+  // read per part by BlockDevice::readv: nothing to gain.
+  coalesce_max_bytes_ = caps.vectored_reads ? opts_.coalesce_max_bytes : 0;
+  if (caps.max_transfer_bytes > 0) {
+    coalesce_max_bytes_ = std::min<uint64_t>(coalesce_max_bytes_, caps.max_transfer_bytes);
+  }
 
   std::string why;
   if (read_superblock(data_offset, ckpt_cap, &why)) {

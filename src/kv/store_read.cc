@@ -204,13 +204,29 @@ Result<std::vector<GetResult>> Store::batch_get_impl(uint16_t ns,
     auto rec = get_from_ram(ns, items[i], &results[i]);
     if (rec) on_disk.emplace_back(i, *rec);
   }
+  // Reads go out a group at a time (half the window once it is full), so
+  // the disk tier can send blocks that lie back to back on the volume as
+  // one device request.
   pending.reserve(on_disk.size());
-  for (const auto& [i, rec] : on_disk) {
-    auto target = std::make_shared<ReadTarget>(items[i].out, allow_direct);
-    if (promoter_) target->keep_staging();  // the promoter copies from it
-    disk_->read_async(rec, target, deadline);
-    pending.push_back({i, rec, std::move(target)});
-    if (pending.size() - finished >= window) finish(pending[finished++]);
+  std::vector<IndexRecord> group_recs;
+  std::vector<std::shared_ptr<ReadTarget>> group_targets;
+  for (size_t next = 0; next < on_disk.size();) {
+    const size_t room = window - (pending.size() - finished);
+    const size_t n = std::min(room, on_disk.size() - next);
+    group_recs.clear();
+    group_targets.clear();
+    for (size_t k = next; k < next + n; ++k) {
+      const auto& [i, rec] = on_disk[k];
+      auto target = std::make_shared<ReadTarget>(items[i].out, allow_direct);
+      if (promoter_) target->keep_staging();  // the promoter copies from it
+      group_recs.push_back(rec);
+      group_targets.push_back(target);
+      pending.push_back({i, rec, std::move(target)});
+    }
+    disk_->read_batch_async(group_recs, group_targets, deadline);
+    next += n;
+    if (next == on_disk.size()) break;
+    while (pending.size() - finished > window / 2) finish(pending[finished++]);
   }
   while (finished < pending.size()) finish(pending[finished++]);
   count_gets(results, t0);

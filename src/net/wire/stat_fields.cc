@@ -101,6 +101,9 @@ void add_disk_fields(Fields& f) {
   KVTIER_FIELD("kvtier_disk_reads_total", "", "Disk tier reads", K::kCounter, disk.reads);
   KVTIER_FIELD("kvtier_disk_read_bytes_total", "", "Bytes read from the volume", K::kCounter,
                disk.bytes_read);
+  KVTIER_FIELD("kvtier_disk_coalesced_reads_total", "",
+               "Disk reads sent in one vectored request with the read before them", K::kCounter,
+               disk.coalesced_reads);
   KVTIER_FIELD("kvtier_disk_buffer_reads_total", "",
                "Reads served from a region buffer not yet written", K::kCounter, disk.buffer_reads);
   KVTIER_FIELD("kvtier_disk_read_corrupt_total", "", "Reads that failed verification", K::kCounter,
