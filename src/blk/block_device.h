@@ -61,8 +61,10 @@ struct DeviceCounters {
 struct DeviceCapabilities {
   // register_buffer() works (io_uring fixed buffers).
   bool registered_buffers = false;
-  // readv() of several parts is one device request, not one per part.
+  // readv() of several parts is one device request, not one per part...
   bool vectored_reads = false;
+  // ...when it has at most this many parts (0: no limit).
+  uint32_t max_vectored_parts = 0;
   // read() lands straight in the caller's buffer (kernel DMA, O_DIRECT) with
   // no copy by the device, so reading into a caller's buffer rather than a
   // staging one saves a copy.

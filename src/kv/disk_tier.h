@@ -259,6 +259,7 @@ class DiskTier {
   std::vector<int> registered_;      // buffers registered with the device
   bool direct_ok_ = false;           // direct reads allowed on this device (fixed after init)
   uint64_t coalesce_max_bytes_ = 0;  // 0: no coalescing (fixed after init)
+  size_t coalesce_max_entries_ = 1;  // entries in one request at most (fixed after init)
   // Direct reads past their deadline whose device has not answered yet;
   // while > 0, new reads are staged (they can be abandoned).
   std::shared_ptr<std::atomic<int64_t>> overdue_direct_ = std::make_shared<std::atomic<int64_t>>(0);

@@ -86,6 +86,9 @@ namespace disk_internal {
 
 inline constexpr auto kRelaxed = std::memory_order_relaxed;
 
+// Entries in one coalesced read at most, whatever the device takes.
+inline constexpr size_t kMaxCoalescedEntries = 64;
+
 inline uint32_t header_crc_of(EntryHeader h) {
   h.header_crc = 0;
   return crc32c(&h, sizeof(h));

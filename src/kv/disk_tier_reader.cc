@@ -20,12 +20,6 @@ namespace kvtier::kv {
 
 using namespace disk_internal;  // NOLINT: this tier's own internals
 
-namespace {
-// Entries in one coalesced request at most (the NVMe/TCP host takes 256
-// parts in one command, io_uring's readv 1024).
-constexpr size_t kMaxCoalescedEntries = 64;
-}  // namespace
-
 // A staged read: the entry, the target it is delivered to, and the staging
 // buffer (pooled slot, or a temporary one) the device reads it into.
 struct DiskTier::StagedRead {
@@ -62,7 +56,7 @@ void DiskTier::read_batch_async(std::span<const IndexRecord> recs,
   for (size_t first = 0; first < staged.size();) {
     uint64_t bytes = entry_bytes(staged[first].rec.length);
     size_t end = first + 1;
-    for (; end < staged.size() && end - first < kMaxCoalescedEntries; ++end) {
+    for (; end < staged.size() && end - first < coalesce_max_entries_; ++end) {
       const IndexRecord& prev = staged[end - 1].rec;
       const uint64_t next_page = prev.disk_page + entry_bytes(prev.length) / kPageBytes;
       const uint64_t eb = entry_bytes(staged[end].rec.length);

@@ -172,6 +172,9 @@ Status DiskTier::init() {
   if (caps.max_transfer_bytes > 0) {
     coalesce_max_bytes_ = std::min<uint64_t>(coalesce_max_bytes_, caps.max_transfer_bytes);
   }
+  coalesce_max_entries_ = caps.max_vectored_parts > 0
+                              ? std::min<size_t>(caps.max_vectored_parts, kMaxCoalescedEntries)
+                              : kMaxCoalescedEntries;
 
   std::string why;
   if (read_superblock(data_offset, ckpt_cap, &why)) {

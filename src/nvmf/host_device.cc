@@ -668,6 +668,7 @@ blk::DeviceCapabilities NvmeTcpDevice::capabilities() const {
   blk::DeviceCapabilities c;
   c.direct_reads = true;
   c.vectored_reads = true;
+  c.max_vectored_parts = kMaxReadvParts;
   c.alignment = buffer_alignment();
   c.max_transfer_bytes = max_transfer_;  // larger requests are split into commands
   return c;

@@ -555,7 +555,8 @@ DeviceCapabilities UringDevice::capabilities() const {
   DeviceCapabilities c;
   c.registered_buffers = buffers_sparse_;  // register_buffer() needs a sparse table
   c.vectored_reads = true;                 // up to kMaxIov parts
-  c.direct_reads = true;                   // the kernel reads into the caller's pages
+  c.max_vectored_parts = kMaxIov;
+  c.direct_reads = true;  // the kernel reads into the caller's pages
   c.alignment = buffer_alignment_;
   return c;
 }

@@ -79,7 +79,7 @@ class UringDevice : public FixedGeometryDevice {
   // default, one read per part). Registered buffers are not used here: the
   // kernels this runs on have no fixed-buffer readv.
   void readv(uint64_t offset, std::span<const MutableByteView> parts, IoCallback cb) override;
-  static constexpr unsigned kMaxIov = 4;
+  static constexpr unsigned kMaxIov = 16;
   // fdatasync through IORING_OP_FSYNC.
   void flush(IoCallback cb) override;
   // Regular files: fallocate(PUNCH_HOLE | KEEP_SIZE) through the ring. Block

@@ -239,13 +239,15 @@ TEST_F(UringDeviceTest, ReadvFillsSeveralBuffersInOneRequest) {
   EXPECT_EQ(std::memcmp(body.data(), w.data() + 4096, body.size()), 0);
   EXPECT_EQ(std::memcmp(tail.data(), w.data() + 4096 + body.size(), 4096), 0);
   // More parts than one request takes: the default splits, same bytes.
-  AlignedBuffer many(kLen);
-  std::vector<MutableByteView> five;
-  for (int i = 0; i < 5; ++i) five.push_back(many.subview(i * (16 << 10), 16 << 10));
-  const uint64_t before5 = dev->stats().reads;
-  ASSERT_TRUE(dev->readv_sync(64 << 10, five).ok());
-  EXPECT_EQ(dev->stats().reads - before5, 5u);
-  EXPECT_EQ(std::memcmp(many.data(), w.data(), kLen), 0);
+  constexpr size_t kParts = UringDevice::kMaxIov + 1;
+  static_assert(kParts * 4096 <= kLen);
+  AlignedBuffer many(kParts * 4096);
+  std::vector<MutableByteView> too_many;
+  for (size_t i = 0; i < kParts; ++i) too_many.push_back(many.subview(i * 4096, 4096));
+  const uint64_t before_split = dev->stats().reads;
+  ASSERT_TRUE(dev->readv_sync(64 << 10, too_many).ok());
+  EXPECT_EQ(dev->stats().reads - before_split, kParts);
+  EXPECT_EQ(std::memcmp(many.data(), w.data(), many.size()), 0);
   // Every part follows read()'s rules; none is read when one breaks them.
   AlignedBuffer odd(8192);
   const MutableByteView bad[] = {head.view(), odd.subview(512, 4096)};
