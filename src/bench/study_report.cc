@@ -159,6 +159,7 @@ nlohmann::json case_json(const CaseResult& r, const CaseResult* recompute, const
   }
   // Deployment-equivalent bytes (stored bytes x byte scale).
   j["device_reads"] = r.device_reads;
+  j["device_coalesced_reads"] = r.device_coalesced_reads;
   j["device_read_bytes"] = device_read_bytes(r);
   j["device_writes"] = r.device_writes;
   j["device_write_bytes"] = device_write_bytes(r);

@@ -205,6 +205,7 @@ void Run::book_store_counters() {
   res_.ram_evictions = st.evictions;
   res_.ram_eviction_bytes = st.evictions * static_cast<uint64_t>(block_bytes_);
   res_.device_reads = st.disk.reads;
+  res_.device_coalesced_reads = st.disk.coalesced_reads;
   res_.device_read_bytes = st.disk.bytes_read;
   res_.device_writes = st.disk.region_writes;
   res_.device_write_bytes = st.disk.bytes_written;

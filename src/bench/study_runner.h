@@ -82,6 +82,7 @@ struct CaseResult {
   // deployment's bytes).
   uint64_t ram_evictions = 0, ram_eviction_bytes = 0;
   uint64_t device_reads = 0, device_read_bytes = 0;
+  uint64_t device_coalesced_reads = 0;  // of device_reads, sent with the one before
   uint64_t device_writes = 0, device_write_bytes = 0;
   // The simulator's device bytes in deployment bytes (its own volume holds
   // entries of a few bytes, so device_*_bytes x byte_scale means nothing

@@ -204,9 +204,11 @@ Result<std::vector<GetResult>> Store::batch_get_impl(uint16_t ns,
     auto rec = get_from_ram(ns, items[i], &results[i]);
     if (rec) on_disk.emplace_back(i, *rec);
   }
-  // Reads go out a group at a time (half the window once it is full), so
-  // the disk tier can send blocks that lie back to back on the volume as
-  // one device request.
+  // Where the disk tier coalesces, reads go out a group at a time (half the
+  // window once it is full), so blocks that lie back to back on the volume
+  // can be one device request; elsewhere the window slides one read at a
+  // time, which keeps the device's queue fullest.
+  const size_t refill_below = disk_ && disk_->coalesces() ? window / 2 : window - 1;
   pending.reserve(on_disk.size());
   std::vector<IndexRecord> group_recs;
   std::vector<std::shared_ptr<ReadTarget>> group_targets;
@@ -226,7 +228,7 @@ Result<std::vector<GetResult>> Store::batch_get_impl(uint16_t ns,
     disk_->read_batch_async(group_recs, group_targets, deadline);
     next += n;
     if (next == on_disk.size()) break;
-    while (pending.size() - finished > window / 2) finish(pending[finished++]);
+    while (pending.size() - finished > refill_below) finish(pending[finished++]);
   }
   while (finished < pending.size()) finish(pending[finished++]);
   count_gets(results, t0);
