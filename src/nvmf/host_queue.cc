@@ -279,7 +279,8 @@ Status NvmeTcpDevice::Queue::receive_c2h_data(const PduLayout& layout, ByteView 
   }
   // Straight into the caller's buffers: no copy on the host side.
   uint32_t crc = 0;
-  KVTIER_RETURN_IF_ERROR(receive_scattered(cmd, d->offset, d->length, &crc));
+  KVTIER_RETURN_IF_ERROR(
+      receive_scattered(cmd, d->offset, d->length, layout.has_ddgst ? &crc : nullptr));
   if (layout.has_ddgst) {
     uint8_t got[4];
     KVTIER_RETURN_IF_ERROR(stream_.read_exact(got, 4));
@@ -309,7 +310,7 @@ Status NvmeTcpDevice::Queue::receive_scattered(Command& cmd, uint64_t offset, ui
       const uint64_t at = offset - part_start;
       const auto n = uint32_t(std::min<uint64_t>(len, part.size() - at));
       KVTIER_RETURN_IF_ERROR(stream_.read_exact(part.data() + at, n));
-      *crc = crc32c_extend(*crc, part.data() + at, n);
+      if (crc) *crc = crc32c_extend(*crc, part.data() + at, n);
       offset += n;
       len -= n;
     }

@@ -166,7 +166,8 @@ class NvmeTcpDevice::Queue {
   // into the command's buffers, then the digest and SUCCESS checks.
   Status receive_c2h_data(const PduLayout& layout, ByteView header);
   // Reads `len` bytes of `cmd`'s data-in at `offset` into its buffer (or
-  // the parts of a vectored read); `*crc` extended over them.
+  // the parts of a vectored read); `*crc` (when not null: data digests are
+  // on) extended over them.
   Status receive_scattered(Command& cmd, uint64_t offset, uint32_t len, uint32_t* crc);
   // An R2T of a submit()ted command: queued for the data sender.
   void queue_r2t_locked(uint16_t cid, const R2t& r);
