@@ -104,10 +104,10 @@ class DiskTier {
   // entries adjacent on the volume go to the device as one vectored request
   // (DiskTierOptions::coalesce_max_bytes), each into its own staging buffer:
   // one NVMe/TCP command, one io_uring readv, instead of one per block.
-  // Whether read_batch_async() ever sends several entries as one request.
-  bool coalesces() const { return coalesce_max_bytes_ > 0; }
   void read_batch_async(std::span<const IndexRecord> recs,
                         std::span<const std::shared_ptr<ReadTarget>> targets, uint64_t deadline_ns);
+  // Whether read_batch_async() ever sends several entries as one request.
+  bool coalesces() const { return coalesce_max_bytes_ > 0 && coalesce_max_entries_ > 1; }
 
   // Drops the oldest sealed region's entries from the index and frees the
   // region (no reinsertion). For an index that filled before the volume did;

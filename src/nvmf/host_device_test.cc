@@ -171,8 +171,7 @@ TEST(NvmeTcpDevice, WritesFlushesAndTrimsGoOutWithoutAThreadEach) {
 }
 
 // A vectored read is one Read command whose data is scattered over the
-// parts (with data digests across part boundaries); one larger than a
-// command is split by part.
+// parts (with data digests across part boundaries).
 TEST(NvmeTcpDevice, VectoredReadIsOneCommandScatteredOverTheParts) {
   auto dev = std::make_shared<blk::MemDevice>(16 << 20, 4096, 1);
   for (size_t i = 0; i < dev->raw().size(); ++i) dev->raw()[i] = std::byte(i * 29 + (i >> 12));

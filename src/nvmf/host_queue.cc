@@ -147,7 +147,9 @@ bool NvmeTcpDevice::Queue::submit(std::unique_ptr<Command>& cmd, AsyncDone done)
   const Status st = send_capsule(c, cid);
   lk.lock();
   --s.sending;
+  s.capsule_sent = true;
   recv_cv_.notify_all();
+  sender_cv_.notify_all();  // an R2T may already wait for the capsule
   // From here the receiver owns the command: it completes it, or fails it
   // when the connection goes (as a failed send makes it).
   if (!st.ok()) {
@@ -212,7 +214,15 @@ NvmeTcpDevice::Queue::Slot* NvmeTcpDevice::Queue::slot_for(uint16_t cid) {
 void NvmeTcpDevice::Queue::complete(Slot& s, Status st) {
   std::unique_lock lk(mu_);
   if (s.on_done) {
-    recv_cv_.wait(lk, [&] { return s.sending == 0; });
+    // A sender still sending this command's capsule or data (a target that
+    // answers early): the buffer stays the caller's until the send ends. A
+    // target that also stops reading would hold the send, and with it this
+    // receiver, so past the command's deadline the connection goes.
+    if (!recv_cv_.wait_until(lk, s.deadline, [&] { return s.sending == 0; })) {
+      closing_ = true;
+      stream_.shutdown();
+      recv_cv_.wait(lk, [&] { return s.sending == 0; });
+    }
     // A submit()ted command: free its id, then call back without the lock.
     AsyncDone done = std::move(s.on_done);
     std::unique_ptr<Command> cmd = std::move(s.owned);
@@ -238,6 +248,8 @@ void NvmeTcpDevice::Queue::receive_loop() {
     std::unique_lock lk(mu_);
     if (failed_.ok()) failed_ = st.ok() ? Status::unavailable("nvmf host: queue closed") : st;
     why = failed_;
+    closing_ = true;  // the data sender stops too
+    sender_cv_.notify_all();
     stream_.shutdown();  // so a capsule still being sent fails at once
     recv_cv_.wait(lk, [&] {
       return std::none_of(slots_.begin(), slots_.end(),
@@ -339,6 +351,11 @@ void NvmeTcpDevice::Queue::send_loop() {
     // The command may have completed (a target that answers before it has
     // its data) or failed since; its id may even hold another command.
     if (!s.busy || s.done || !s.on_done || s.serial != w.serial) continue;
+    // An R2T can beat submit() to the socket (a target may guess the id):
+    // data never goes out before its command.
+    sender_cv_.wait(lk, [&] { return closing_.load() || s.capsule_sent || s.serial != w.serial; });
+    if (closing_) return;
+    if (!s.busy || s.done || s.serial != w.serial) continue;
     ++s.sending;  // the receiver may not complete it (and free its buffer) meanwhile
     const Command& c = *s.cmd;
     lk.unlock();
@@ -410,9 +427,14 @@ Status NvmeTcpDevice::Queue::receive_all() {
           return Status::corruption("nvmf host: R2T for no outstanding command");
         }
         Slot& s = slots_[d->cccid];
-        if (s.cmd->in_capsule || uint64_t(d->offset) + d->length > s.cmd->out.size()) {
+        // Each R2T asks for the data that follows the last one's: no
+        // repeats, overlaps or empty ones, so the data owed (and queued
+        // here) never exceeds the write.
+        if (s.cmd->in_capsule || d->length == 0 || d->offset != s.r2t_next ||
+            uint64_t(d->offset) + d->length > s.cmd->out.size()) {
           return Status::corruption("nvmf host: bad R2T");
         }
+        s.r2t_next = d->offset + d->length;
         if (s.on_done) {
           queue_r2t_locked(d->cccid, {d->ttag, d->offset, d->length});
         } else {

@@ -121,7 +121,9 @@ class NvmeTcpDevice::Queue {
     // Threads still sending this command's capsule (submit()) or data (the
     // data sender): until zero the receiver neither completes nor frees it.
     int sending = 0;
-    uint64_t serial = 0;  // tells a reused command id's commands apart
+    uint64_t serial = 0;        // tells a reused command id's commands apart
+    bool capsule_sent = false;  // a submitted command's capsule is out (data may follow)
+    uint32_t r2t_next = 0;      // the offset the next R2T must ask for
     Slot& operator=(Slot&& o) {
       cmd = o.cmd;
       busy = o.busy;
@@ -134,6 +136,8 @@ class NvmeTcpDevice::Queue {
       deadline = o.deadline;
       sending = o.sending;
       serial = o.serial;
+      capsule_sent = o.capsule_sent;
+      r2t_next = o.r2t_next;
       return *this;
     }
   };
