@@ -129,9 +129,6 @@ std::optional<DiskTier::StagedRead> DiskTier::start_read(const IndexRecord& rec,
 void DiskTier::issue_staged(std::span<StagedRead> run) {
   auto reads = std::make_shared<std::vector<StagedRead>>(std::make_move_iterator(run.begin()),
                                                          std::make_move_iterator(run.end()));
-  std::vector<MutableByteView> parts;
-  parts.reserve(reads->size());
-  for (const StagedRead& r : *reads) parts.emplace_back(r.base, entry_bytes(r.rec.length));
   c_->reads.fetch_add(reads->size(), kRelaxed);
   c_->coalesced_reads.fetch_add(reads->size() - 1, kRelaxed);
   std::shared_ptr<StagePool> pool = stage_;
@@ -158,11 +155,15 @@ void DiskTier::issue_staged(std::span<StagedRead> run) {
     }
   };
   const uint64_t offset = uint64_t{reads->front().rec.disk_page} * kPageBytes;
-  if (parts.size() == 1) {
-    dev_->read(offset, parts.front(), std::move(done));
-  } else {
-    dev_->readv(offset, parts, std::move(done));
+  if (reads->size() == 1) {  // the common case: no parts list to build
+    const StagedRead& r = reads->front();
+    dev_->read(offset, MutableByteView(r.base, entry_bytes(r.rec.length)), std::move(done));
+    return;
   }
+  std::vector<MutableByteView> parts;
+  parts.reserve(reads->size());
+  for (const StagedRead& r : *reads) parts.emplace_back(r.base, entry_bytes(r.rec.length));
+  dev_->readv(offset, parts, std::move(done));
 }
 
 void DiskTier::read_direct(const IndexRecord& rec, const Key128& ns_digest,

@@ -74,12 +74,14 @@ struct OneQueueSetup {
   std::unique_ptr<NvmeTcpDevice> host;
 };
 
-void connect_one_queue(std::shared_ptr<blk::BlockDevice> dev, OneQueueSetup& setup) {
+void connect_one_queue(std::shared_ptr<blk::BlockDevice> dev, OneQueueSetup& setup,
+                       bool digests = false) {
   auto t = NvmfTarget::start(target_config(std::move(dev), 0));
   ASSERT_TRUE(t.ok()) << t.status().to_string();
   setup.target = std::move(*t);
   HostOptions o = host_options(setup.target->port());
   o.io_queues = 1;
+  o.hdgst = o.ddgst = digests;
   auto h = NvmeTcpDevice::connect(o);
   ASSERT_TRUE(h.ok()) << h.status().to_string();
   setup.host = std::move(*h);
@@ -135,14 +137,10 @@ TEST(NvmeTcpDevice, ReadsGoOutWithoutAThreadEachAndAllCallBack) {
 // lands where it belongs.
 TEST(NvmeTcpDevice, WritesFlushesAndTrimsGoOutWithoutAThreadEach) {
   auto dev = std::make_shared<blk::MemDevice>(16 << 20, 4096, 1);
-  auto t = NvmfTarget::start(target_config(dev, 0));
-  ASSERT_TRUE(t.ok());
-  HostOptions o = host_options((*t)->port());
-  o.io_queues = 1;
-  o.hdgst = o.ddgst = true;
-  auto h = NvmeTcpDevice::connect(o);
-  ASSERT_TRUE(h.ok()) << h.status().to_string();
-  NvmeTcpDevice& host = **h;
+  OneQueueSetup setup;
+  connect_one_queue(dev, setup, /*digests=*/true);
+  if (HasFatalFailure()) return;
+  NvmeTcpDevice& host = *setup.host;
   constexpr size_t kSmall = 16 << 10, kLarge = 320 << 10;
   AlignedBuffer w(8 * (kSmall + kLarge));
   for (size_t i = 0; i < w.size(); ++i) w.data()[i] = std::byte(i * 13 + (i >> 12) + 1);
@@ -175,14 +173,10 @@ TEST(NvmeTcpDevice, WritesFlushesAndTrimsGoOutWithoutAThreadEach) {
 TEST(NvmeTcpDevice, VectoredReadIsOneCommandScatteredOverTheParts) {
   auto dev = std::make_shared<blk::MemDevice>(16 << 20, 4096, 1);
   for (size_t i = 0; i < dev->raw().size(); ++i) dev->raw()[i] = std::byte(i * 29 + (i >> 12));
-  auto t = NvmfTarget::start(target_config(dev, 0));
-  ASSERT_TRUE(t.ok());
-  HostOptions o = host_options((*t)->port());
-  o.io_queues = 1;
-  o.hdgst = o.ddgst = true;
-  auto h = NvmeTcpDevice::connect(o);
-  ASSERT_TRUE(h.ok()) << h.status().to_string();
-  NvmeTcpDevice& host = **h;
+  OneQueueSetup setup;
+  connect_one_queue(dev, setup, /*digests=*/true);
+  if (HasFatalFailure()) return;
+  NvmeTcpDevice& host = *setup.host;
   EXPECT_TRUE(host.capabilities().vectored_reads);
   AlignedBuffer a(4096), b(200 << 10), c(8192);
   const MutableByteView parts[] = {a.view(), b.view(), c.view()};
