@@ -67,6 +67,14 @@ std::vector<Key128> chain_block_keys(KeyScheme scheme, const Key128& ns_digest,
 // kv-cache-tester): each id stands for the block's tokens in the chain.
 std::vector<Key128> chain_block_keys_from_ids(KeyScheme scheme, const Key128& ns_digest,
                                               std::span<const uint64_t> block_ids);
+// The same chain continued after the block whose key is `prev` (a zero key:
+// from the start, as above). A context that grows turn by turn hashes only
+// its new blocks: keys(ids[0..n)) followed by
+// chain_block_keys_from_ids(scheme, ns, keys.back(), ids[n..]) equals
+// keys(ids).
+std::vector<Key128> chain_block_keys_from_ids(KeyScheme scheme, const Key128& ns_digest,
+                                              const Key128& prev,
+                                              std::span<const uint64_t> block_ids);
 
 }  // namespace kvtier::kv
 

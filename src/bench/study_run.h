@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/session_keys.h"
 #include "bench/study_runner.h"
 #include "common/flat_insert_map.h"
 #include "engine/engine.h"
@@ -153,7 +154,7 @@ class Run {
   Status finish_save(PrefillReplica& p, double scale);
   Status on_transfer_done(uint32_t id);
   void on_decode_done(uint32_t id, double now);
-  const std::vector<kv::Key128>& keys_of(const TraceRequest& r);
+  std::span<const kv::Key128> keys_of(const TraceRequest& r) const;
   Result<std::shared_ptr<blk::BlockDevice>> export_over_nvme_tcp(
       std::shared_ptr<blk::BlockDevice> local);
 
@@ -181,7 +182,7 @@ class Run {
   kv::Key128 ns_digest_;
   uint32_t block_bytes_ = 0;
 
-  std::vector<std::vector<std::vector<kv::Key128>>> keys_;  // [session][turn]
+  std::vector<SessionKeys> keys_;  // [session]: spans into it stay valid for the run
   // The session that first touched each block (same- or cross-session reuse).
   FlatInsertMap<kv::Key128, uint32_t, kv::Key128Hash> first_session_;
   std::unique_ptr<serve::SoftStickyRouter> router_;

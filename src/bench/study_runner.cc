@@ -24,12 +24,8 @@ Status Run::setup() {
       kv::Namespace::of_model("Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8", "modeled", "qwen3",
                               w_.block_tokens, "bf16", "modeled:" + o_.profile.name);
   ns_digest_ = ns.digest();
-  keys_.resize(w_.sessions.size());
-  for (size_t s = 0; s < w_.sessions.size(); ++s) {
-    for (const auto& t : w_.sessions[s].turns) {
-      keys_[s].push_back(kv::chain_block_keys_from_ids(ns.scheme, ns_digest_, t.block_ids));
-    }
-  }
+  keys_.reserve(w_.sessions.size());
+  for (const Session& session : w_.sessions) keys_.emplace_back(ns.scheme, ns_digest_, session);
 
   const uint64_t hbm_tokens = o_.hbm_pool_tokens ? o_.hbm_pool_tokens : o_.profile.hbm_pool_tokens;
   const uint64_t hbm_blocks = static_cast<uint64_t>(
@@ -58,7 +54,9 @@ Status Run::setup_pd_transfer() {
   // block_bytes_, as many as its longest prompt has.
   size_t max_blocks = 0;
   for (const auto& session : keys_) {
-    for (const auto& turn : session) max_blocks = std::max(max_blocks, turn.size());
+    for (size_t t = 0; t < session.turn_count(); ++t) {
+      max_blocks = std::max(max_blocks, session.turn(t).size());
+    }
   }
   serve::KvReceiverOptions ro;
   ro.ns_digest = ns_digest_;
@@ -118,8 +116,8 @@ Result<double> Run::finish_pd_transfer(uint32_t id, double charge_scale) {
   return s;
 }
 
-const std::vector<kv::Key128>& Run::keys_of(const TraceRequest& r) {
-  return keys_[r.session][r.turn];
+std::span<const kv::Key128> Run::keys_of(const TraceRequest& r) const {
+  return keys_[r.session].turn(r.turn);
 }
 
 void Run::accept_issues(const std::vector<Issue>& issues, double now) {

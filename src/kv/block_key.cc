@@ -218,10 +218,16 @@ std::vector<Key128> chain_block_keys(KeyScheme scheme, const Key128& ns_digest,
 
 std::vector<Key128> chain_block_keys_from_ids(KeyScheme scheme, const Key128& ns_digest,
                                               std::span<const uint64_t> block_ids) {
+  return chain_block_keys_from_ids(scheme, ns_digest, Key128{}, block_ids);
+}
+
+std::vector<Key128> chain_block_keys_from_ids(KeyScheme scheme, const Key128& ns_digest,
+                                              const Key128& first_prev,
+                                              std::span<const uint64_t> block_ids) {
   std::vector<Key128> keys;
   keys.reserve(block_ids.size());
   LinkHasher h(scheme);
-  Key128 prev{};
+  Key128 prev = first_prev;
   for (uint64_t id : block_ids) {
     prev = h.id_link(ns_digest, prev, id);
     keys.push_back(prev);

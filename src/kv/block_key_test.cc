@@ -101,6 +101,25 @@ TEST(BlockKeyGolden, Xxh3Vectors) {
                                       "a2cd242bb86984e30a674f9393de2a74"}));
 }
 
+// A chain continued from its last key equals the chain computed whole, in
+// both schemes; a continuation from another key differs.
+TEST(BlockKey, ChainFromIdsContinuesFromAGivenKey) {
+  const std::vector<uint64_t> ids = {7, 9, 11, 13, 15};
+  for (KeyScheme scheme : {KeyScheme::kXxh3_128, KeyScheme::kSha256}) {
+    const auto whole = chain_block_keys_from_ids(scheme, kN1, ids);
+    for (size_t split = 0; split <= ids.size(); ++split) {
+      std::span<const uint64_t> all(ids);
+      auto keys = chain_block_keys_from_ids(scheme, kN1, all.first(split));
+      const Key128 prev = keys.empty() ? Key128{} : keys.back();
+      const auto rest = chain_block_keys_from_ids(scheme, kN1, prev, all.subspan(split));
+      keys.insert(keys.end(), rest.begin(), rest.end());
+      EXPECT_EQ(hexes(keys), hexes(whole)) << key_scheme_name(scheme) << " split " << split;
+    }
+    const auto other = chain_block_keys_from_ids(scheme, kN1, whole[0], std::span(ids).subspan(2));
+    EXPECT_NE(other[0], whole[2]);
+  }
+}
+
 TEST(BlockKeyGolden, Sha256Vectors) {
   EXPECT_EQ(hexes(chain_block_keys(KeyScheme::kSha256, kN2, 4, kTokens)),
             (std::vector<std::string>{"81533783163e279955af47bb8cf5218c",
