@@ -34,6 +34,8 @@ class SessionKeys {
     return std::span(chains_[x.chain]).first(x.blocks);
   }
   size_t chain_count() const { return chains_.size(); }
+  // Which chain turn `t`'s keys are a prefix of (0 .. chain_count() - 1).
+  size_t chain_of(size_t t) const { return turns_[t].chain; }
 
  private:
   struct Turn {

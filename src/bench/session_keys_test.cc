@@ -44,6 +44,8 @@ TEST(SessionKeys, EveryTurnHasTheKeysOfItsOwnIds) {
     // middle and the fresh start each begin one (the empty turn is a prefix
     // of the last).
     EXPECT_EQ(keys.chain_count(), 3u);
+    const std::vector<size_t> chains = {0, 0, 0, 0, 0, 1, 2, 2, 2};
+    for (size_t t = 0; t < turns.size(); ++t) EXPECT_EQ(keys.chain_of(t), chains[t]) << t;
   }
 }
 

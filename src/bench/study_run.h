@@ -185,6 +185,9 @@ class Run {
   std::vector<SessionKeys> keys_;  // [session]: spans into it stay valid for the run
   // The session that first touched each block (same- or cross-session reuse).
   FlatInsertMap<kv::Key128, uint32_t, kv::Key128Hash> first_session_;
+  // [session][chain]: first_session_ of the chain's leading blocks that the
+  // session has touched so far (those blocks' entries, kept beside the chain).
+  std::vector<std::vector<std::vector<uint32_t>>> known_first_;
   std::unique_ptr<serve::SoftStickyRouter> router_;
   std::vector<PrefillReplica> prefills_;
   // Loopback PD transfer: one receiver per decode replica, one sender per

@@ -25,7 +25,11 @@ Status Run::setup() {
                               w_.block_tokens, "bf16", "modeled:" + o_.profile.name);
   ns_digest_ = ns.digest();
   keys_.reserve(w_.sessions.size());
-  for (const Session& session : w_.sessions) keys_.emplace_back(ns.scheme, ns_digest_, session);
+  known_first_.reserve(w_.sessions.size());
+  for (const Session& session : w_.sessions) {
+    keys_.emplace_back(ns.scheme, ns_digest_, session);
+    known_first_.emplace_back(keys_.back().chain_count());
+  }
 
   const uint64_t hbm_tokens = o_.hbm_pool_tokens ? o_.hbm_pool_tokens : o_.profile.hbm_pool_tokens;
   const uint64_t hbm_blocks = static_cast<uint64_t>(
@@ -218,13 +222,22 @@ void Run::count_served_blocks(const TraceRequest& r, std::span<const kv::Key128>
   res_.prompt_blocks += n;
   res_.hbm_hit_blocks += hbm;
   res_.computed_blocks += n - load.cached;
+  // A block's first session never changes once set, so the blocks this
+  // session's chain already touched take it from the session's own list;
+  // only the others look it up (or are entered) in the run-wide map.
+  std::vector<uint32_t>& known = known_first_[r.session][keys_[r.session].chain_of(r.turn)];
   constexpr size_t kAhead = 8;  // cold slots whose loads overlap
   for (size_t i = 0; i < n; ++i) {
+    const bool served = i < hbm || (i >= load.load_from && i < prefix);
+    if (i < known.size()) {
+      if (served) (known[i] == r.session ? res_.same_session_blocks : res_.cross_session_blocks)++;
+      continue;
+    }
     // A growth moves every slot; prefetching the old array then only wastes
     // a load, so the prefetch needs no care about it.
     if (i + kAhead < n) first_session_.prefetch(keys[i + kAhead]);
     auto [first, inserted] = first_session_.emplace(keys[i], r.session);
-    const bool served = i < hbm || (i >= load.load_from && i < prefix);
+    known.push_back(*first);
     if (served && !inserted) {
       (*first == r.session ? res_.same_session_blocks : res_.cross_session_blocks)++;
     }

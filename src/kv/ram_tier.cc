@@ -165,6 +165,7 @@ void RamTier::abandon(uint32_t slot) {
 }
 
 void RamTier::pin(uint32_t slot, uint64_t until_ns) {
+  if (!ever_pinned_.load(kRelaxed)) ever_pinned_.store(true, kRelaxed);
   auto& p = meta_[slot].pin_until_ns;
   uint64_t cur = p.load(kRelaxed);
   while (cur < until_ns && !p.compare_exchange_weak(cur, until_ns, kRelaxed)) {

@@ -102,6 +102,10 @@ class RamTier {
 
   void pin(uint32_t slot, uint64_t until_ns);
   void unpin(uint32_t slot);
+  // Whether any slot was ever pinned. Until then claim_victim() never
+  // compares a time, so a caller may pass it 0 instead of reading a clock
+  // (a clock read is a few percent of an eviction's time).
+  bool ever_pinned() const { return ever_pinned_.load(std::memory_order_relaxed); }
   void touch(uint32_t slot) { meta_[slot].referenced.store(1, std::memory_order_relaxed); }
 
   std::byte* data(uint32_t slot) {
@@ -155,6 +159,7 @@ class RamTier {
   std::vector<std::unique_ptr<Partition>> parts_;
   std::unique_ptr<Meta[]> meta_;
   std::atomic<uint32_t> used_{0};
+  std::atomic<bool> ever_pinned_{false};
 };
 
 }  // namespace kvtier::kv

@@ -191,7 +191,11 @@ std::optional<uint32_t> Store::obtain_slot(uint16_t ns) {
   if (ram_->partition_slots(arena) == 0) return std::nullopt;
   if (auto s = ram_->allocate(arena)) return s;
   std::optional<Key128> next_victim;
-  auto victim = ram_->claim_victim(lease_now_ns(), arena, &next_victim);
+  // Without pins a victim is chosen without comparing times, so a time of 0
+  // (no clock read) gives the same choice. A pin set meanwhile by another
+  // thread still holds under time 0: its slot is passed over, never taken.
+  const uint64_t now = ram_->ever_pinned() ? lease_now_ns() : 0;
+  auto victim = ram_->claim_victim(now, arena, &next_victim);
   if (!victim) return std::nullopt;  // every block is leased or pinned
   // The next eviction's index lookup is a cache miss on a cold record:
   // start it now, so it overlaps this eviction's work.
