@@ -8,12 +8,17 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <sstream>
 #include <thread>
 #include <vector>
 
 #include "blk/dev/mem_device.h"
+#include "blk/dev/uring_device.h"
 #include "nvmf/host_device.h"
+#include "nvmf/pdu.h"
+#include "nvmf/raw_connection.h"
 #include "nvmf/target.h"
 
 namespace kvtier::bench {
@@ -102,6 +107,146 @@ Run measure(nvmf::NvmeTcpDevice& dev, bool write, uint32_t io, uint32_t qd, doub
   return r;
 }
 
+// A host that stops reading: raw connections (an enabled admin queue and
+// one I/O queue whose receive buffer is tiny) that submit reads and never
+// read the answers. kvtier's own host always reads, so this speaks raw PDUs.
+class StalledHost {
+ public:
+  // Connects to `subnqn` on the loopback `port` and leaves `reads` reads of
+  // `io` bytes (spread over the first `blocks` blocks of namespace 1, 4 KiB
+  // each) unread in flight.
+  static Result<std::unique_ptr<StalledHost>> start(uint16_t port, const std::string& subnqn,
+                                                    uint32_t reads, uint32_t io, uint64_t blocks) {
+    static constexpr char kHostNqn[] = "nqn.2024-01.io.kvtier:bench-stalled-host";
+    constexpr auto kWait = std::chrono::seconds(10);  // for each answer awaited here
+    auto h = std::unique_ptr<StalledHost>(new StalledHost(port, kWait));
+    if (!h->admin_.connected() || h->admin_.handshake().empty()) {
+      return Status::unavailable("stalled host: no ICResp on the admin queue");
+    }
+    // The admin queue outlives the measurement without keep-alives: 120 s,
+    // the target's upper bound for KATO.
+    const uint16_t cntlid = h->admin_.connect(0, subnqn, kHostNqn, 0xFFFF, 120000);
+    if (cntlid == 0xFFFF) return refused("admin Connect", h->admin_.last_status());
+    nvmf::Sqe cc = nvmf::RawConnection::base_sqe(0x7F, 2, 0x5A, 0);
+    cc[4] = 0x00;  // Fabrics Property Set: CC.EN = 1
+    nvmf::put32(&cc[44], 0x14);
+    nvmf::put64(&cc[48], 0x460001);
+    if (!h->admin_.capsule(cc)) return Status::unavailable("stalled host: send failed");
+    if (const auto r = h->admin_.recv_pdu(); r.size() != 24 || nvmf::get16(&r[22]) != 0) {
+      return Status::unavailable("stalled host: the controller was not enabled");
+    }
+    if (!h->io_.connected() || h->io_.handshake().empty()) {
+      return Status::unavailable("stalled host: no ICResp on the I/O queue");
+    }
+    if (h->io_.connect(1, subnqn, kHostNqn, cntlid, 0, uint16_t(reads - 1)) == 0xFFFF) {
+      return refused("I/O Connect", h->io_.last_status());
+    }
+    const uint32_t nlb = io / 4096;
+    for (uint32_t cid = 0; cid < reads; ++cid) {
+      const uint64_t slba = uint64_t(cid) * nlb % (blocks - nlb);
+      if (!h->io_.capsule(nvmf::RawConnection::io_sqe(0x02, uint16_t(cid), slba, nlb, io))) {
+        return Status::unavailable("stalled host: send failed");
+      }
+    }
+    return h;
+  }
+
+ private:
+  StalledHost(uint16_t port, std::chrono::seconds wait)
+      : admin_(port, 0, wait), io_(port, /*rcvbuf=*/4096, wait) {}
+  static Status refused(const char* what, uint16_t status) {
+    return Status::unavailable(std::string("stalled host: ") + what + " refused, status " +
+                               std::to_string(status));
+  }
+
+  nvmf::RawConnection admin_, io_;
+};
+
+struct SlowReaderFigures {
+  Run solo, beside_stalled, solo_after;
+  bool stalled_throughout = false;  // not yet dropped when the measurement ended
+  double dropped_after_s = 0;       // from the stalled reads' submission
+  uint32_t send_timeout_ms = 0;
+};
+
+// Another host's 128 KiB reads on a file volume behind io_uring (whose one
+// completion thread serves every connection of the volume), alone and then
+// while a host that stopped reading holds 128 reads of 128 KiB. The target's
+// send timeout is set past the second measurement, so the stalled host is
+// connected throughout it, and the time until it is dropped is reported.
+Result<SlowReaderFigures> measure_slow_reader(const NvmfBenchOptions& o) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dir =
+      o.scratch_dir.empty() ? fs::temp_directory_path(ec) : fs::path(o.scratch_dir);
+  const fs::path file = dir / ("kvtier-bench-slow-reader-" + std::to_string(getpid()) + ".vol");
+  struct Remove {
+    fs::path p;
+    ~Remove() {
+      std::error_code e;
+      fs::remove(p, e);
+    }
+  } remove{file};
+  blk::UringOptions uo;
+  uo.path = file.string();
+  uo.create_size = uint64_t(o.ram_mib) << 20;
+  uo.direct = false;  // a page-cache volume: the device is not what is measured
+  KVTIER_ASSIGN_OR_RETURN(auto vol, blk::UringDevice::open(uo));
+  const uint64_t blocks = vol->capacity() / 4096;
+  // Fill the file so reads are not of holes.
+  {
+    AlignedBuffer chunk(1 << 20, 4096);
+    std::memset(chunk.data(), 0x5A, chunk.size());
+    for (uint64_t off = 0; off + chunk.size() <= vol->capacity(); off += chunk.size()) {
+      KVTIER_RETURN_IF_ERROR(vol->write_sync(off, chunk.view()));
+    }
+  }
+
+  SlowReaderFigures f;
+  // Past the second measurement (which starts once the stalled host's reads
+  // are sent), so that the stalled host is connected throughout it.
+  f.send_timeout_ms = uint32_t(o.seconds * 1000) + 3000;
+  nvmf::TargetConfig tc;
+  tc.port = 0;
+  tc.send_timeout_ms = f.send_timeout_ms;
+  nvmf::SubsystemConfig s;
+  s.nqn = "nqn.2024-01.io.kvtier:bench-slow-reader";
+  s.allow_any_host = true;
+  s.namespaces.push_back(std::shared_ptr<blk::BlockDevice>(std::move(vol)));
+  tc.subsystems.push_back(s);
+  KVTIER_ASSIGN_OR_RETURN(auto target, nvmf::NvmfTarget::start(tc));
+  nvmf::HostOptions ho;
+  ho.port = target->port();
+  ho.subnqn = s.nqn;
+  ho.io_queues = 1;
+  KVTIER_ASSIGN_OR_RETURN(auto other, nvmf::NvmeTcpDevice::connect(ho));
+
+  if (o.progress) o.progress("slow reader: another host's 128 KiB reads alone...");
+  f.solo = measure(*other, false, 128 << 10, o.queue_depth, o.seconds, false);
+  if (o.progress) o.progress("slow reader: the same beside a host that stopped reading...");
+  const auto stalled_at = Clock::now();
+  KVTIER_ASSIGN_OR_RETURN(auto stalled,
+                          StalledHost::start(target->port(), s.nqn, 128, 128 << 10, blocks));
+  f.beside_stalled = measure(*other, false, 128 << 10, o.queue_depth, o.seconds, false);
+  f.stalled_throughout = target->counters().send_stalls == 0;
+  // The drop is bounded by the send timeout; wait up to twice that.
+  const auto give_up = stalled_at + std::chrono::milliseconds(2 * f.send_timeout_ms);
+  while (target->counters().send_stalls == 0 && Clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (target->counters().send_stalls == 0) {
+    return Status::timeout("slow reader: the stalled host was not dropped within " +
+                           std::to_string(2 * f.send_timeout_ms) + " ms");
+  }
+  f.dropped_after_s = std::chrono::duration<double>(Clock::now() - stalled_at).count();
+  // Alone again once the stalled host is gone: the solo rate is the mean of
+  // the runs before and after, so a drift of the machine does not count as
+  // the stalled host's doing.
+  if (o.progress) o.progress("slow reader: alone again after the drop...");
+  f.solo_after = measure(*other, false, 128 << 10, o.queue_depth, o.seconds, false);
+  return f;
+}
+
 }  // namespace
 
 std::string NvmfBenchReport::table() const {
@@ -153,6 +298,20 @@ Result<NvmfBenchReport> run_nvmf_bench(const NvmfBenchOptions& o) {
   f["rand_read_4k_iops"] = r4.iops;
   f["cpu_seconds_per_gb_write"] = w.cpu_s_per_gb;
   f["cpu_seconds_per_gb_read"] = r.cpu_s_per_gb;
+  if (o.slow_reader) {
+    auto sr = measure_slow_reader(o);
+    if (!sr.ok()) return sr.status();
+    const double solo = (sr->solo.bytes_per_s + sr->solo_after.bytes_per_s) / 2;
+    f["slow_reader_solo_bytes_per_s"] = solo;
+    f["slow_reader_solo_before_after_bytes_per_s"] = {sr->solo.bytes_per_s,
+                                                      sr->solo_after.bytes_per_s};
+    f["slow_reader_beside_stalled_bytes_per_s"] = sr->beside_stalled.bytes_per_s;
+    f["slow_reader_ratio"] = solo > 0 ? sr->beside_stalled.bytes_per_s / solo : 0;
+    f["slow_reader_ratio_bar"] = 0.8;
+    f["slow_reader_stalled_throughout"] = sr->stalled_throughout;
+    f["slow_reader_dropped_after_s"] = sr->dropped_after_s;
+    f["slow_reader_send_timeout_s"] = sr->send_timeout_ms / 1000.0;
+  }
   f["queue_depth"] = o.queue_depth;
   f["io_queues"] = o.io_queues;
   f["ram_namespace_mib"] = o.ram_mib;

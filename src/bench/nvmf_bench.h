@@ -20,6 +20,12 @@ struct NvmfBenchOptions {
   uint32_t queue_depth = 32;  // requests in flight (threads)
   uint32_t io_queues = 4;
   std::string iperf3 = "iperf3";
+  // The slow-reader phase: another host's 128 KiB reads at queue_depth on a
+  // file volume, alone and then beside a host that stopped reading with 128
+  // reads in flight (bar 0.8), and the time until the target drops that host.
+  bool slow_reader = true;
+  // Where the slow-reader phase puts its volume file (removed after).
+  std::string scratch_dir;  // empty: the system's temporary directory
   std::function<void(const std::string&)> progress;
 };
 

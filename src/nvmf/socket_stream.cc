@@ -44,8 +44,14 @@ Status SocketStream::read_exact(void* buf, size_t n) {
 
 Status SocketStream::write_all(const iovec* iov_in, int count) {
   std::vector<iovec> iov(iov_in, iov_in + count);
+  const int64_t give_up_ns = send_timeout_ns_ > 0 ? monotonic_ns() + send_timeout_ns_ : 0;
   size_t i = 0;
-  while (i < iov.size()) {
+  for (bool first = true; i < iov.size(); first = false) {
+    // A blocking sendmsg returns before it sent everything only when the
+    // socket's timeout passed or a signal came: check the whole PDU's bound.
+    if (!first && give_up_ns > 0 && monotonic_ns() >= give_up_ns) {
+      return Status::timeout("nvme-tcp: the host stopped reading (a PDU not taken in time)");
+    }
     msghdr m{};
     m.msg_iov = &iov[i];
     m.msg_iovlen = iov.size() - i;

@@ -13,9 +13,14 @@ class SocketStream : public PduStream {
   // With a read deadline set, fails with kTimeout once it passes (polls
   // before each recv; without one, recv blocks as long as the peer waits).
   Status read_exact(void* buf, size_t n) override;
-  // Fails with kTimeout when the socket's send timeout (set_send_timeout)
-  // passes with no byte sent.
+  // Fails with kTimeout when the socket's send timeout (SO_SNDTIMEO, see
+  // bound_socket_sends) passes with no byte sent, and, with
+  // set_send_timeout, when the peer has not taken the whole of `iov` (one
+  // PDU) once that long has passed: a peer that reads a little now and then
+  // (a receive buffer the kernel trims and reopens by a few bytes) would
+  // otherwise restart the socket's timeout with each byte it takes.
   Status write_all(const iovec* iov, int count) override;
+  void set_send_timeout(uint32_t ms) { send_timeout_ns_ = int64_t(ms) * 1000000; }
   void shutdown() override;
   void set_read_deadline(int64_t deadline_ns) override { read_deadline_ns_ = deadline_ns; }
   int fd() const { return fd_; }
@@ -23,6 +28,7 @@ class SocketStream : public PduStream {
  private:
   int fd_;
   int64_t read_deadline_ns_ = 0;  // owning thread only
+  int64_t send_timeout_ns_ = 0;   // 0: only the socket's own timeout
 };
 
 // Sets TCP_NODELAY, as an NVMe/TCP queue wants.

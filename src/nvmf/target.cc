@@ -110,6 +110,7 @@ void NvmfTarget::accept_loop() {
     bound_socket_sends(fd, state_->config().send_timeout_ms, state_->config().tcp_user_timeout_ms);
     auto c = std::make_unique<Conn>();
     c->stream = std::make_unique<SocketStream>(fd);
+    c->stream->set_send_timeout(state_->config().send_timeout_ms);
     Conn* raw = c.get();
     {
       std::lock_guard lk(conns_mu_);

@@ -5,7 +5,11 @@
 // the offender, within its configured bound, and counts what it did. Waits
 // are on conditions with bounds far beyond the configured ones, so a busy
 // machine slows these tests down but does not fail them.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
