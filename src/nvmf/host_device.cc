@@ -528,7 +528,7 @@ void NvmeTcpDevice::fill_readv(Command& c, uint64_t offset,
 
 void NvmeTcpDevice::fill_write(Command& c, uint64_t offset, ByteView src) const {
   const auto n = uint32_t(src.size());
-  c.in_capsule = n <= inline_write_max_;
+  c.in_capsule = n <= inline_write_max_.load(std::memory_order_relaxed);
   c.sqe = make_sqe(0x01, opt_.nsid, n, c.in_capsule ? 0x01 : 0x5A);
   put64(&c.sqe[40], offset / block_size_);
   put32(&c.sqe[48], n / block_size_ - 1);
@@ -629,6 +629,17 @@ Status NvmeTcpDevice::read_blocking(uint64_t offset, MutableByteView dst) {
 }
 
 Status NvmeTcpDevice::readv_blocking(uint64_t offset, const std::vector<MutableByteView>& parts) {
+  uint64_t total = 0;
+  for (const MutableByteView& p : parts) total += p.size();
+  if (total > max_transfer_) {
+    // The controller's limit shrank at a reconnect after this read was
+    // planned as one command: read the parts one by one (each split to fit).
+    for (const MutableByteView& p : parts) {
+      KVTIER_RETURN_IF_ERROR(read_blocking(offset, p));
+      offset += p.size();
+    }
+    return Status::ok_status();
+  }
   Command c;
   fill_readv(c, offset, parts);
   return run(c);

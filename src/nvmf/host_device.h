@@ -163,10 +163,12 @@ class NvmeTcpDevice : public blk::BlockDevice {
   HostOptions opt_;
   uint32_t block_size_ = 0;
   uint64_t capacity_ = 0;
-  uint32_t max_transfer_ = 0;
+  // Set from Identify at each (re)connect while I/O goes on: atomics, read
+  // once per request.
+  std::atomic<uint32_t> max_transfer_{0};
   // Writes up to this many bytes go in the command capsule (0: never).
   static constexpr uint32_t kMaxInlineWrite = 128u << 10;
-  uint32_t inline_write_max_ = 0;
+  std::atomic<uint32_t> inline_write_max_{0};
   uint16_t cntlid_ = 0;
   std::optional<HostAuthKeys> auth_keys_;   // parsed from opt_'s secrets
   std::atomic<uint16_t> next_auth_tid_{0};  // transaction ids, one per queue's transaction
