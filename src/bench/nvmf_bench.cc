@@ -116,16 +116,17 @@ class StalledHost {
   // `io` bytes (spread over the first `blocks` blocks of namespace 1, 4 KiB
   // each) unread in flight.
   static Result<std::unique_ptr<StalledHost>> start(uint16_t port, const std::string& subnqn,
-                                                    uint32_t reads, uint32_t io, uint64_t blocks) {
+                                                    uint32_t reads, uint32_t io, uint64_t blocks,
+                                                    uint32_t kato_ms) {
     static constexpr char kHostNqn[] = "nqn.2024-01.io.kvtier:bench-stalled-host";
     constexpr auto kWait = std::chrono::seconds(10);  // for each answer awaited here
     auto h = std::unique_ptr<StalledHost>(new StalledHost(port, kWait));
     if (!h->admin_.connected() || h->admin_.handshake().empty()) {
       return Status::unavailable("stalled host: no ICResp on the admin queue");
     }
-    // The admin queue outlives the measurement without keep-alives: 120 s,
-    // the target's upper bound for KATO.
-    const uint16_t cntlid = h->admin_.connect(0, subnqn, kHostNqn, 0xFFFF, 120000);
+    // No keep-alive is ever sent: `kato_ms` must outlast the stall, or the
+    // controller's end, not the send timeout, would drop the host.
+    const uint16_t cntlid = h->admin_.connect(0, subnqn, kHostNqn, 0xFFFF, kato_ms);
     if (cntlid == 0xFFFF) return refused("admin Connect", h->admin_.last_status());
     nvmf::Sqe cc = nvmf::RawConnection::base_sqe(0x7F, 2, 0x5A, 0);
     cc[4] = 0x00;  // Fabrics Property Set: CC.EN = 1
@@ -179,6 +180,7 @@ Result<SlowReaderFigures> measure_slow_reader(const NvmfBenchOptions& o) {
   std::error_code ec;
   const fs::path dir =
       o.scratch_dir.empty() ? fs::temp_directory_path(ec) : fs::path(o.scratch_dir);
+  if (ec) return Status::failed_precondition("no temporary directory: " + ec.message());
   const fs::path file = dir / ("kvtier-bench-slow-reader-" + std::to_string(getpid()) + ".vol");
   struct Remove {
     fs::path p;
@@ -209,6 +211,9 @@ Result<SlowReaderFigures> measure_slow_reader(const NvmfBenchOptions& o) {
   nvmf::TargetConfig tc;
   tc.port = 0;
   tc.send_timeout_ms = f.send_timeout_ms;
+  // The stalled host's keep-alive timeout, past the longest wait below.
+  const uint32_t kato_ms = 2 * f.send_timeout_ms + 60000;
+  tc.max_kato_ms = std::max(tc.max_kato_ms, kato_ms);
   nvmf::SubsystemConfig s;
   s.nqn = "nqn.2024-01.io.kvtier:bench-slow-reader";
   s.allow_any_host = true;
@@ -225,8 +230,8 @@ Result<SlowReaderFigures> measure_slow_reader(const NvmfBenchOptions& o) {
   f.solo = measure(*other, false, 128 << 10, o.queue_depth, o.seconds, false);
   if (o.progress) o.progress("slow reader: the same beside a host that stopped reading...");
   const auto stalled_at = Clock::now();
-  KVTIER_ASSIGN_OR_RETURN(auto stalled,
-                          StalledHost::start(target->port(), s.nqn, 128, 128 << 10, blocks));
+  KVTIER_ASSIGN_OR_RETURN(
+      auto stalled, StalledHost::start(target->port(), s.nqn, 128, 128 << 10, blocks, kato_ms));
   f.beside_stalled = measure(*other, false, 128 << 10, o.queue_depth, o.seconds, false);
   f.stalled_throughout = target->counters().send_stalls == 0;
   // The drop is bounded by the send timeout; wait up to twice that.
@@ -300,7 +305,12 @@ Result<NvmfBenchReport> run_nvmf_bench(const NvmfBenchOptions& o) {
   f["cpu_seconds_per_gb_read"] = r.cpu_s_per_gb;
   if (o.slow_reader) {
     auto sr = measure_slow_reader(o);
-    if (!sr.ok()) return sr.status();
+    if (!sr.ok()) {
+      // The figures above stand on their own: keep them, and say why this
+      // phase has none.
+      f["slow_reader_error"] = sr.status().to_string();
+      return rep;
+    }
     const double solo = (sr->solo.bytes_per_s + sr->solo_after.bytes_per_s) / 2;
     f["slow_reader_solo_bytes_per_s"] = solo;
     f["slow_reader_solo_before_after_bytes_per_s"] = {sr->solo.bytes_per_s,

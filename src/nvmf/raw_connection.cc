@@ -11,7 +11,7 @@
 
 namespace kvtier::nvmf {
 
-RawConnection::RawConnection(uint16_t port, int rcvbuf, std::chrono::seconds recv_timeout) {
+RawConnection::RawConnection(uint16_t port, int rcvbuf, std::chrono::seconds timeout) {
   fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd_ < 0) return;
   if (rcvbuf > 0) setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
@@ -20,8 +20,9 @@ RawConnection::RawConnection(uint16_t port, int rcvbuf, std::chrono::seconds rec
   a.sin_port = htons(port);
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  timeval tv{static_cast<time_t>(recv_timeout.count()), 0};
+  timeval tv{static_cast<time_t>(timeout.count()), 0};
   setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 }
 
 RawConnection::~RawConnection() {

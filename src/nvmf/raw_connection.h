@@ -19,9 +19,9 @@ class RawConnection {
  public:
   // Connects to the loopback `port`. `rcvbuf` > 0 shrinks the socket's
   // receive buffer first (a host that stops reading then stalls the
-  // target's sends early). Every receive gives up after `recv_timeout`.
+  // target's sends early). Every send and receive gives up after `timeout`.
   explicit RawConnection(uint16_t port, int rcvbuf = 0,
-                         std::chrono::seconds recv_timeout = std::chrono::seconds(5));
+                         std::chrono::seconds timeout = std::chrono::seconds(5));
   ~RawConnection();
   RawConnection(const RawConnection&) = delete;
   RawConnection& operator=(const RawConnection&) = delete;

@@ -50,8 +50,12 @@ struct TargetConfig {
   uint32_t handshake_timeout_ms = 10000;
   // The H2CData of an R2T must be in this long after the R2T was sent.
   uint32_t r2t_timeout_ms = 10000;
-  // A send that makes no progress this long (a host that stops reading its
-  // socket) drops that connection; TCP_USER_TIMEOUT bounds unacknowledged data.
+  // A PDU (at most max_transfer bytes of data) that the host has not taken
+  // this long after the target began to send it (a host that stopped reading
+  // its socket, or reads a few bytes now and then) drops that connection:
+  // keep max_transfer / send_timeout far below any healthy host's rate. A
+  // send cut short by a signal may add one more timeout, so the drop comes
+  // within twice this. TCP_USER_TIMEOUT bounds unacknowledged data.
   uint32_t send_timeout_ms = 10000;
   uint32_t tcp_user_timeout_ms = 30000;
   // Keep Alive timeout a host may ask for: smaller values are raised to the

@@ -45,6 +45,13 @@ void add_nvmf_bench(CLI::App& app) {
       std::exit(1);
     }
     std::cout << (cli->json ? rep->json().dump(2) : rep->table()) << std::endl;
+    // A phase that failed leaves its reason among the figures, and the
+    // command fails after printing the rest.
+    if (rep->figures.contains("slow_reader_error")) {
+      std::fprintf(stderr, "kvtier bench nvmf: slow reader: %s\n",
+                   rep->figures["slow_reader_error"].get<std::string>().c_str());
+      std::exit(1);
+    }
     std::exit(0);
   });
 }
