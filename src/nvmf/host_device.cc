@@ -484,7 +484,12 @@ bool NvmeTcpDevice::try_async(std::unique_ptr<Command>& cmd,
     ++async_in_flight_;
   }
   auto done = [this, gen, count, cb, retry](Status st, Command& c) {
-    if (st.ok()) {
+    if (st.ok() && c.status != 0 && planned_past_limits(c)) {
+      // Planned as one command (or with its data in the capsule) before a
+      // reconnect lowered the controller's limits, and refused for it: the
+      // blocking way plans again under the new limits.
+      submitters_->post([this, count, cb, retry] { finish(retry(), count, cb); });
+    } else if (st.ok()) {
       finish(nvme_status(c.status, "I/O command"), count, cb);
     } else {
       // The connection failed under the command: retry it the blocking way,
@@ -501,6 +506,12 @@ bool NvmeTcpDevice::try_async(std::unique_ptr<Command>& cmd,
   if (q->submit(cmd, std::move(done))) return true;
   end_async();
   return false;
+}
+
+bool NvmeTcpDevice::planned_past_limits(const Command& c) const {
+  const uint32_t bytes = get32(&c.sqe[32]);  // the data length in the SGL descriptor
+  return bytes > max_transfer_.load(std::memory_order_relaxed) ||
+         (c.in_capsule && bytes > inline_write_max_.load(std::memory_order_relaxed));
 }
 
 void NvmeTcpDevice::end_async() {

@@ -158,6 +158,9 @@ class NvmeTcpDevice : public blk::BlockDevice {
   Status run_once(Command& cmd);
   void lost(uint64_t generation, const Status& why);  // caller holds no lock
   Status wait_until_up(std::unique_lock<std::mutex>& lk);
+  // Whether `c` passes the limits now in force (a reconnect may have lowered
+  // them since it was planned).
+  bool planned_past_limits(const Command& c) const;
   void keepalive_loop();
 
   HostOptions opt_;
