@@ -153,8 +153,7 @@ Result<std::shared_ptr<blk::BlockDevice>> Run::export_over_nvme_tcp(
   ho.port = target_->port();
   ho.subnqn = kNqn;
   ho.hostnqn = kHost;
-  ho.io_queues = 4;
-  ho.queue_size = 64;
+  // Queue count and depth: the host's defaults, as a deployment gets them.
   auto host = nvmf::NvmeTcpDevice::connect(ho);
   if (!host.ok()) return host.status();
   return std::shared_ptr<blk::BlockDevice>(std::move(*host));

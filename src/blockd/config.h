@@ -30,7 +30,7 @@ struct RemoteConfig {
   std::string nqn;
   std::string hostnqn = "nqn.2024-01.io.kvtier:blockd";
   uint32_t nsid = 1;
-  uint32_t io_queues = 1;
+  uint32_t io_queues = 4;  // nvmf::HostOptions' default (sized for the store)
   bool hdgst = false;
   bool ddgst = false;
   int64_t reconnect_delay_ms = 1000;

@@ -45,8 +45,12 @@ struct HostOptions {
   std::string subnqn;
   std::string hostnqn = "nqn.2024-01.io.kvtier:host";
   uint32_t nsid = 1;
-  uint32_t io_queues = 1;
-  uint16_t queue_size = 32;
+  // Sized for the store: a disk tier keeps read_depth (32) reads of a batch
+  // in flight, and several replicas' batches run at once. Four queues of 63
+  // commands loaded E's disk hits at 1.14x the rate of one queue of 31 in
+  // the main job (docs/benchmarks.md, 2026-12-07).
+  uint32_t io_queues = 4;
+  uint16_t queue_size = 64;
   bool hdgst = false;
   bool ddgst = false;
   std::chrono::milliseconds kato{5000};
