@@ -128,11 +128,9 @@ class StalledHost {
     // controller's end, not the send timeout, would drop the host.
     const uint16_t cntlid = h->admin_.connect(0, subnqn, kHostNqn, 0xFFFF, kato_ms);
     if (cntlid == 0xFFFF) return refused("admin Connect", h->admin_.last_status());
-    nvmf::Sqe cc = nvmf::RawConnection::base_sqe(0x7F, 2, 0x5A, 0);
-    cc[4] = 0x00;  // Fabrics Property Set: CC.EN = 1
-    nvmf::put32(&cc[44], 0x14);
-    nvmf::put64(&cc[48], 0x460001);
-    if (!h->admin_.capsule(cc)) return Status::unavailable("stalled host: send failed");
+    if (!h->admin_.capsule(nvmf::RawConnection::enable_sqe(2))) {
+      return Status::unavailable("stalled host: send failed");
+    }
     if (const auto r = h->admin_.recv_pdu(); r.size() != 24 || nvmf::get16(&r[22]) != 0) {
       return Status::unavailable("stalled host: the controller was not enabled");
     }

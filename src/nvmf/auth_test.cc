@@ -25,10 +25,9 @@ struct Keys {
   dhchap::Secret ctrl = *dhchap::generate_secret(2, 48);
 };
 
-std::unique_ptr<NvmfTarget> start_target(const Keys& k, bool with_ctrl_key,
-                                         dhchap::DhGroup group) {
-  TargetConfig c = testing::one_namespace_target(
-      std::make_shared<blk::MemDevice>(4 << 20, 4096, 1), kNqn, kHost);
+std::unique_ptr<NvmfTarget> start_target(const Keys& k, bool with_ctrl_key, dhchap::DhGroup group) {
+  TargetConfig c = testing::one_namespace_target(std::make_shared<blk::MemDevice>(4 << 20, 4096, 1),
+                                                 kNqn, kHost);
   HostAuthConfig a;
   a.host_key = k.host;
   if (with_ctrl_key) a.ctrl_key = k.ctrl;
@@ -92,8 +91,8 @@ TEST(NvmfAuth, WrongOrMissingKeysAreRefused) {
 }
 
 TEST(NvmfAuth, AHostThatWantsTheControllerToProveItselfRefusesOneThatDoesNotAsk) {
-  TargetConfig c = testing::one_namespace_target(
-      std::make_shared<blk::MemDevice>(4 << 20, 4096, 1), kNqn, kHost);
+  TargetConfig c = testing::one_namespace_target(std::make_shared<blk::MemDevice>(4 << 20, 4096, 1),
+                                                 kNqn, kHost);
   auto t = NvmfTarget::start(c);
   ASSERT_TRUE(t.ok());
   Keys k;
@@ -112,11 +111,7 @@ TEST(NvmfAuth, CommandsBeforeAuthenticationGetAuthenticationRequired) {
   ASSERT_EQ(h.handshake().size(), 128u);
   ASSERT_NE(h.connect(0, kHost, 0xFFFF, 5000), 0xFFFF);
   EXPECT_TRUE(h.last_dw0() & dhchap::kConnectAtr);
-  Sqe s = RawHost::base_sqe(0x7F, 2, 0x5A, 0);
-  s[4] = 0x00;  // Property Set CC: EN, not yet allowed
-  put32(&s[44], 0x14);
-  put64(&s[48], 0x460001);
-  h.capsule(s);
+  h.capsule(RawHost::enable_sqe(2));  // not yet allowed
   auto r = h.recv_pdu();
   ASSERT_EQ(r.size(), 24u);
   const auto st = testing::cqe_status(r);
@@ -127,8 +122,8 @@ TEST(NvmfAuth, CommandsBeforeAuthenticationGetAuthenticationRequired) {
 
 TEST(NvmfAuth, AnUnfinishedTransactionIsDroppedAtTheHandshakeBound) {
   Keys k;
-  TargetConfig c = testing::one_namespace_target(
-      std::make_shared<blk::MemDevice>(4 << 20, 4096, 1), kNqn, kHost);
+  TargetConfig c = testing::one_namespace_target(std::make_shared<blk::MemDevice>(4 << 20, 4096, 1),
+                                                 kNqn, kHost);
   c.handshake_timeout_ms = 300;
   HostAuthConfig a;
   a.host_key = k.host;

@@ -109,6 +109,14 @@ Sqe RawConnection::base_sqe(uint8_t opc, uint16_t cid, uint8_t sgl_type, uint32_
   return s;
 }
 
+Sqe RawConnection::enable_sqe(uint16_t cid) {
+  Sqe s = base_sqe(0x7F, cid, 0x5A, 0);
+  s[4] = 0x00;              // Fabrics Property Set
+  put32(&s[44], 0x14);      // CC
+  put64(&s[48], 0x460001);  // IOCQES 4, IOSQES 6, EN
+  return s;
+}
+
 Sqe RawConnection::io_sqe(uint8_t opc, uint16_t cid, uint64_t slba, uint32_t nlb, uint32_t bytes) {
   Sqe s = base_sqe(opc, cid, 0x5A, bytes);
   put32(&s[4], 1);

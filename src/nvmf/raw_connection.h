@@ -48,6 +48,9 @@ class RawConnection {
 
   // A command whose data (if any) is described by one SGL descriptor.
   static Sqe base_sqe(uint8_t opc, uint16_t cid, uint8_t sgl_type, uint32_t sgl_len);
+  // Fabrics Property Set of CC = 0x460001 (EN, 64-byte SQEs, 16-byte CQEs):
+  // enables the controller of an admin queue.
+  static Sqe enable_sqe(uint16_t cid);
   // An I/O command on namespace 1 at `slba` for `nlb` blocks, data by
   // transport (C2HData for a read, R2T for a write).
   static Sqe io_sqe(uint8_t opc, uint16_t cid, uint64_t slba, uint32_t nlb, uint32_t bytes);

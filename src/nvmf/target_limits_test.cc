@@ -55,11 +55,7 @@ HostOptions host_options(uint16_t port) {
 uint16_t enable(RawHost& h, uint32_t kato_ms = 5000) {
   EXPECT_EQ(h.handshake().size(), 128u);
   const uint16_t cntlid = h.connect(0, kHost, 0xFFFF, kato_ms);
-  Sqe s = RawHost::base_sqe(0x7F, 2, 0x5A, 0);
-  s[4] = 0x00;  // Property Set CC: EN
-  put32(&s[44], 0x14);
-  put64(&s[48], 0x460001);
-  h.capsule(s);
+  h.capsule(RawHost::enable_sqe(2));
   auto r = h.recv_pdu();
   EXPECT_EQ(r.size(), 24u);
   return cntlid;
