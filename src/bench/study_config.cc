@@ -1,11 +1,24 @@
 #include "bench/study_config.h"
 
+#include <algorithm>
 #include <cctype>
 
 namespace kvtier::bench {
 
 StudyOptions::StudyOptions()
     : profile(*engine::find_engine_profile("h100-qwen3-coder-30b-scaled")) {}
+
+double StudyOptions::ModeledStoreRates::OpCosts::fixed_seconds(uint64_t blocks,
+                                                               uint32_t nodes) const {
+  if (blocks == 0) return 0;
+  const double in_flight = std::max(queue_depth, 1.0) * std::max<uint32_t>(nodes, 1);
+  return latency_s + static_cast<double>(blocks) * op_s / in_flight;
+}
+
+double StudyOptions::ModeledStoreRates::OpCosts::seconds(double bytes, uint64_t blocks, double rate,
+                                                         uint32_t nodes) const {
+  return bytes / rate + fixed_seconds(blocks, nodes);
+}
 
 const char* load_policy_name(LoadPolicy p) { return p == LoadPolicy::kRace ? "race" : "load"; }
 

@@ -109,6 +109,29 @@ struct StudyOptions {
     // The prefill host's own link, which caps the sum over store nodes of
     // the rates above (0: no cap).
     double host_link_bytes_per_s = 0;
+    // Every request that consults the store (a hit or a miss) pays one
+    // lookup first (0: none).
+    double lookup_s = 0;
+    // What a transfer costs besides its bytes, per device or link (all 0 by
+    // default: a rate alone). A load's part from one tier, or a save, of
+    // `blocks` blocks and `bytes` bytes takes
+    //   latency_s + bytes / rate + blocks * op_s / queue_depth
+    // (the first block's round trip, then the bytes at the rate, with each
+    // block an operation of op_s of which queue_depth are in flight).
+    struct OpCosts {
+      double latency_s = 0;
+      double op_s = 0;
+      double queue_depth = 1;
+      // The time of a transfer at `rate` bytes/s spread over `nodes` store
+      // nodes (each its own device, so their operations overlap); 0 when it
+      // moves nothing.
+      double seconds(double bytes, uint64_t blocks, double rate, uint32_t nodes = 1) const;
+      // Its part besides the bytes: latency and operations.
+      double fixed_seconds(uint64_t blocks, uint32_t nodes = 1) const;
+    };
+    // RAM-tier loads and saves; the local disk tier's reads (D); the remote
+    // volume's reads and the saves of a case with one (E); direct reads (F).
+    OpCosts ram_ops, disk_ops, remote_ops, direct_ops;
   };
   std::optional<ModeledStoreRates> modeled_store;
   // The simulator (src/sim): makes the disk tier's volume, which must hold

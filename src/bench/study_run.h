@@ -127,6 +127,16 @@ class Run {
   // saves (case E over its remote link, case F by the direct path).
   double modeled_disk_load_rate() const;
   double modeled_save_rate() const;
+  // ... and their costs besides bytes (ModeledStoreRates::OpCosts).
+  const StudyOptions::ModeledStoreRates::OpCosts& modeled_disk_load_ops() const;
+  const StudyOptions::ModeledStoreRates::OpCosts& modeled_save_ops() const;
+  // The modeled time of a transfer of `bytes` stored bytes in `blocks`
+  // blocks, per node at `per_node_rate` with `costs`, over the store nodes,
+  // in the units that the charge `scale` turns into virtual time: the bytes
+  // are the store's, so their time scales; the costs are the deployment's
+  // seconds already, so they are divided by it.
+  double modeled_seconds(double bytes, uint64_t blocks, double per_node_rate,
+                         const StudyOptions::ModeledStoreRates::OpCosts& costs, double scale) const;
   // A modeled per-node rate as the deployment's: summed over the store
   // nodes, capped by the host's link.
   double over_nodes(double per_node_rate) const;

@@ -165,11 +165,13 @@ Status Run::finish_save(PrefillReplica& p, double scale) {
   p.save.reset();
   if (!save.ok()) return save.status();
   res_.write_refusals += save->refused;
-  res_.offered_write_blocks += save->stored + save->deduplicated + save->refused;
   res_.store_save_bytes += save->bytes;
   res_.store_wall_s += save->wall_s;
+  const uint64_t offered = save->stored + save->deduplicated + save->refused;
+  res_.offered_write_blocks += offered;
   const double save_s = o_.modeled_store
-                            ? static_cast<double>(save->bytes) / over_nodes(modeled_save_rate())
+                            ? modeled_seconds(static_cast<double>(save->bytes), offered,
+                                              modeled_save_rate(), modeled_save_ops(), scale)
                             : save->wall_s;
   res_.store_charged_s += save_s * scale;
   p.save_free_at = std::max(p.save_after, p.save_free_at) + save_s * scale;
@@ -189,6 +191,25 @@ double Run::modeled_save_rate() const {
   const auto& m = *o_.modeled_store;
   if (spec_.remote_volume && m.remote_save_bytes_per_s > 0) return m.remote_save_bytes_per_s;
   return m.save_bytes_per_s;
+}
+
+const StudyOptions::ModeledStoreRates::OpCosts& Run::modeled_disk_load_ops() const {
+  const auto& m = *o_.modeled_store;
+  if (spec_.remote_volume) return m.remote_ops;
+  if (!spec_.ram_tier && spec_.disk_tier) return m.direct_ops;
+  return m.disk_ops;
+}
+
+const StudyOptions::ModeledStoreRates::OpCosts& Run::modeled_save_ops() const {
+  const auto& m = *o_.modeled_store;
+  return spec_.remote_volume ? m.remote_ops : m.ram_ops;
+}
+
+double Run::modeled_seconds(double bytes, uint64_t blocks, double per_node_rate,
+                            const StudyOptions::ModeledStoreRates::OpCosts& costs,
+                            double scale) const {
+  return bytes / over_nodes(per_node_rate) +
+         costs.fixed_seconds(blocks, std::max<uint32_t>(o_.store_nodes, 1)) / scale;
 }
 
 double Run::over_nodes(double per_node_rate) const {

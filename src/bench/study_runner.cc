@@ -181,10 +181,12 @@ Result<PrefixLoad> Run::load_from_store(PrefillReplica& p, std::span<const kv::K
   out.load_s = out.load_wall_s = load->wall_s;
   double ram_s = load->ram_wall_s, disk_s = load->disk_wall_s;
   if (o_.modeled_store) {
-    ram_s = static_cast<double>(load->bytes - load->disk_bytes) /
-            over_nodes(o_.modeled_store->ram_load_bytes_per_s);
-    disk_s = static_cast<double>(load->disk_bytes) / over_nodes(modeled_disk_load_rate());
-    out.load_s = ram_s + disk_s;
+    ram_s =
+        modeled_seconds(static_cast<double>(load->bytes - load->disk_bytes), load->from_ram,
+                        o_.modeled_store->ram_load_bytes_per_s, o_.modeled_store->ram_ops, scale);
+    disk_s = modeled_seconds(static_cast<double>(load->disk_bytes), load->from_disk,
+                             modeled_disk_load_rate(), modeled_disk_load_ops(), scale);
+    out.load_s = o_.modeled_store->lookup_s / scale + ram_s + disk_s;
   }
   out.disk_s = disk_s;
   p.load_rates.observe(kv::Tier::kRam, load->from_ram, ram_s * scale);

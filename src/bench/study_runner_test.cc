@@ -167,7 +167,10 @@ std::string summary(const CaseResult& r) {
 // (tests/study, check_shape.py) measures this machine at the real scale.
 StudyOptions shape_options() {
   StudyOptions o = small_options();
-  o.modeled_store = StudyOptions::ModeledStoreRates{4e9, 1e9, 1e9};
+  o.modeled_store.emplace();
+  o.modeled_store->ram_load_bytes_per_s = 4e9;
+  o.modeled_store->disk_load_bytes_per_s = 1e9;
+  o.modeled_store->save_bytes_per_s = 1e9;
   o.pd_transfer = PdTransferMode::kModeled;
   o.store_charge_scale = o.profile.byte_scale() / 20;
   return o;

@@ -14,50 +14,96 @@ namespace kvtier::sim {
 namespace {
 
 using Rates = bench::StudyOptions::ModeledStoreRates;
+using OpCosts = Rates::OpCosts;
+
+// One cost figure of one device or link: which device's costs, which figure.
+struct OpField {
+  OpCosts Rates::*device;
+  double OpCosts::*figure;
+};
 using Field = std::variant<double engine::EngineProfile::*, uint64_t engine::EngineProfile::*,
-                           double Rates::*>;
+                           double Rates::*, OpField>;
+
+// Rates and sizes must be given and positive. Costs besides bytes may be
+// left out (then a transfer pays none: 0, and one operation in flight).
+enum class Kind { kRequired, kCost, kDepth };
 
 struct NamedField {
-  const char* name;
+  std::string name;
   Field field;
+  Kind kind = Kind::kRequired;
 };
 
 // Every figure of a profile, as it is named in the JSON file.
 const std::vector<NamedField>& figures() {
-  static const std::vector<NamedField> f = {
-      {"prefill_tokens_per_s", &engine::EngineProfile::prefill_tokens_per_s},
-      {"decode_s_per_token", &engine::EngineProfile::decode_s_per_token},
-      {"kv_bytes_per_token", &engine::EngineProfile::kv_bytes_per_token},
-      {"hbm_pool_tokens", &engine::EngineProfile::hbm_pool_tokens},
-      {"pd_link_bytes_per_s", &engine::EngineProfile::pd_link_bytes_per_s},
-      {"ram_load_bytes_per_s", &Rates::ram_load_bytes_per_s},
-      {"save_bytes_per_s", &Rates::save_bytes_per_s},
-      {"disk_load_bytes_per_s", &Rates::disk_load_bytes_per_s},
-      {"remote_load_bytes_per_s", &Rates::remote_load_bytes_per_s},
-      {"remote_save_bytes_per_s", &Rates::remote_save_bytes_per_s},
-      {"direct_load_bytes_per_s", &Rates::direct_load_bytes_per_s},
-  };
+  static const std::vector<NamedField> f = [] {
+    std::vector<NamedField> v = {
+        {"prefill_tokens_per_s", &engine::EngineProfile::prefill_tokens_per_s},
+        {"decode_s_per_token", &engine::EngineProfile::decode_s_per_token},
+        {"kv_bytes_per_token", &engine::EngineProfile::kv_bytes_per_token},
+        {"hbm_pool_tokens", &engine::EngineProfile::hbm_pool_tokens},
+        {"pd_link_bytes_per_s", &engine::EngineProfile::pd_link_bytes_per_s},
+        {"ram_load_bytes_per_s", &Rates::ram_load_bytes_per_s},
+        {"save_bytes_per_s", &Rates::save_bytes_per_s},
+        {"disk_load_bytes_per_s", &Rates::disk_load_bytes_per_s},
+        {"remote_load_bytes_per_s", &Rates::remote_load_bytes_per_s},
+        {"remote_save_bytes_per_s", &Rates::remote_save_bytes_per_s},
+        {"direct_load_bytes_per_s", &Rates::direct_load_bytes_per_s},
+        {"lookup_s", &Rates::lookup_s, Kind::kCost},
+    };
+    static const std::pair<const char*, OpCosts Rates::*> devices[] = {
+        {"ram", &Rates::ram_ops},
+        {"disk", &Rates::disk_ops},
+        {"remote", &Rates::remote_ops},
+        {"direct", &Rates::direct_ops}};
+    for (const auto& [device, member] : devices) {
+      const std::string d = device;
+      v.push_back({d + "_latency_s", OpField{member, &OpCosts::latency_s}, Kind::kCost});
+      v.push_back({d + "_op_s", OpField{member, &OpCosts::op_s}, Kind::kCost});
+      v.push_back({d + "_queue_depth", OpField{member, &OpCosts::queue_depth}, Kind::kDepth});
+    }
+    return v;
+  }();
   return f;
 }
 
-// The field's object within the profile: the engine's or the rates'.
-engine::EngineProfile& owner(SimProfile& p, double engine::EngineProfile::*) { return p.engine; }
-engine::EngineProfile& owner(SimProfile& p, uint64_t engine::EngineProfile::*) { return p.engine; }
-Rates& owner(SimProfile& p, double Rates::*) { return p.rates; }
+// The field itself, within the profile.
+double& field_of(SimProfile& p, const OpField& f) { return p.rates.*(f.device).*(f.figure); }
+double& field_of(SimProfile& p, double Rates::*m) { return p.rates.*m; }
+double& field_of(SimProfile& p, double engine::EngineProfile::*m) { return p.engine.*m; }
+uint64_t& field_of(SimProfile& p, uint64_t engine::EngineProfile::*m) { return p.engine.*m; }
 
 double get(const SimProfile& p, const Field& f) {
   auto& mp = const_cast<SimProfile&>(p);
-  return std::visit([&](auto member) { return static_cast<double>(owner(mp, member).*member); }, f);
+  return std::visit([&](const auto& member) { return static_cast<double>(field_of(mp, member)); },
+                    f);
 }
 
 void set(SimProfile& p, const Field& f, double v) {
   std::visit(
-      [&](auto member) {
-        auto& field = owner(p, member).*member;
+      [&](const auto& member) {
+        auto& field = field_of(p, member);
         field = static_cast<std::remove_reference_t<decltype(field)>>(v);
       },
       f);
 }
+
+// Empty when `v` is a valid value of a figure of `kind`, else what it must be.
+std::string invalid(Kind kind, double v) {
+  if (!std::isfinite(v) || !(v < 1e18)) return "finite (and below 1e18)";
+  switch (kind) {
+    case Kind::kRequired:
+      return v > 0 ? "" : "positive";
+    case Kind::kCost:
+      return v >= 0 ? "" : "zero or positive";
+    case Kind::kDepth:
+      return v >= 1 ? "" : "at least 1";
+  }
+  return "";
+}
+
+// The source a cost figure that a profile leaves out gets.
+constexpr const char* kNotModeled = "not modeled: absent from the profile";
 
 }  // namespace
 
@@ -65,8 +111,10 @@ nlohmann::json SimProfile::json() const {
   nlohmann::json j = {{"name", name}, {"description", description}};
   for (const auto& f : figures()) {
     const auto src = sources.find(f.name);
-    j[f.name] = {{"value", get(*this, f.field)},
-                 {"source", src == sources.end() ? "" : src->second}};
+    const std::string source = src != sources.end()        ? src->second
+                               : f.kind == Kind::kRequired ? ""
+                                                           : kNotModeled;
+    j[f.name] = {{"value", get(*this, f.field)}, {"source", source}};
   }
   return j;
 }
@@ -74,16 +122,19 @@ nlohmann::json SimProfile::json() const {
 Status SimProfile::check() const {
   for (const auto& f : figures()) {
     const double v = get(*this, f.field);
-    if (!(v > 0) || !std::isfinite(v)) {
+    if (const std::string must = invalid(f.kind, v); !must.empty()) {
       return Status::invalid_argument(
-          fmt::format("profile '{}': {} must be positive, is {}", name, f.name, v));
+          fmt::format("profile '{}': {} must be {}, is {}", name, f.name, must, v));
     }
     const auto src = sources.find(f.name);
-    if (src == sources.end() || src->second.empty()) {
+    if (f.kind == Kind::kRequired && (src == sources.end() || src->second.empty())) {
       return Status::invalid_argument(
           fmt::format("profile '{}': {} has no source (say where the figure comes from, or "
                       "\"calibrated: \" and why)",
                       name, f.name));
+    }
+    if (f.kind != Kind::kRequired && src != sources.end() && src->second.empty()) {
+      return Status::invalid_argument(fmt::format("profile '{}': {} has no source", name, f.name));
     }
   }
   return Status::ok_status();
@@ -118,17 +169,19 @@ Result<SimProfile> parse_sim_profile(const std::string& json_text) {
     // Checked before it is stored: a negative or huge value would not
     // convert to the integer fields.
     const double figure = v->get<double>();
-    if (!(figure > 0) || !(figure < 1e18)) {
+    if (const std::string must = invalid(f->kind, figure); !must.empty()) {
       return Status::invalid_argument(
-          fmt::format("sim profile: {} must be positive (and below 1e18), is {}", key, figure));
+          fmt::format("sim profile: {} must be {}, is {}", key, must, figure));
     }
     set(p, f->field, figure);
     p.sources[key] = src->get<std::string>();
   }
   for (const auto& f : figures()) {
-    if (!j.contains(f.name)) {
+    if (j.contains(f.name)) continue;
+    if (f.kind == Kind::kRequired) {
       return Status::invalid_argument(fmt::format("sim profile: {} is missing", f.name));
     }
+    p.sources[f.name] = kNotModeled;
   }
   if (p.name.empty()) return Status::invalid_argument("sim profile: name is missing");
   KVTIER_RETURN_IF_ERROR(p.check());

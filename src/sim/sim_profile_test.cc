@@ -44,6 +44,43 @@ TEST(SimProfile, BadFilesSayWhatIsWrong) {
   bare["decode_s_per_token"] = 0.015;
   expect_error(bare, "decode_s_per_token must be {\"value\"");
   EXPECT_FALSE(parse_sim_profile("not json").ok());
+  auto negative_cost = j;
+  negative_cost["disk_latency_s"]["value"] = -1e-6;
+  expect_error(negative_cost, "disk_latency_s must be zero or positive");
+  auto shallow = j;
+  shallow["remote_queue_depth"]["value"] = 0.5;
+  expect_error(shallow, "remote_queue_depth must be at least 1");
+}
+
+// Costs besides bytes may be left out of a profile: then a transfer pays
+// none, and the profile says the figure is not modeled.
+TEST(SimProfile, CostsLeftOutAreNotModeled) {
+  nlohmann::json j = find_sim_profile("study-h100")->json();
+  ASSERT_GT(j["disk_latency_s"]["value"].get<double>(), 0);
+  ASSERT_GT(j["lookup_s"]["value"].get<double>(), 0);
+  for (const char* k : {"lookup_s", "disk_latency_s", "disk_op_s", "disk_queue_depth"}) j.erase(k);
+  auto p = parse_sim_profile(j.dump());
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p->rates.lookup_s, 0);
+  EXPECT_EQ(p->rates.disk_ops.latency_s, 0);
+  EXPECT_EQ(p->rates.disk_ops.op_s, 0);
+  EXPECT_EQ(p->rates.disk_ops.queue_depth, 1);
+  EXPECT_GT(p->rates.remote_ops.latency_s, 0);  // the figures given are kept
+  EXPECT_NE(p->json()["disk_op_s"]["source"].get<std::string>().find("not modeled"),
+            std::string::npos);
+  EXPECT_TRUE(parse_sim_profile(p->json().dump()).ok());
+}
+
+TEST(SimProfile, ATransferPaysLatencyBytesAndOperationsInFlight) {
+  bench::StudyOptions::ModeledStoreRates::OpCosts c;
+  EXPECT_EQ(c.seconds(8e9, 4, 4e9), 2.0);  // no costs: bytes over the rate
+  c.latency_s = 0.5;
+  c.op_s = 0.25;
+  c.queue_depth = 2;
+  EXPECT_DOUBLE_EQ(c.seconds(8e9, 4, 4e9), 0.5 + 2.0 + 4 * 0.25 / 2);
+  // Two nodes: each its own device, so twice the operations in flight.
+  EXPECT_DOUBLE_EQ(c.seconds(8e9, 4, 4e9, 2), 0.5 + 2.0 + 4 * 0.25 / 4);
+  EXPECT_EQ(c.seconds(0, 0, 4e9), 0);  // nothing moved, nothing paid
 }
 
 }  // namespace

@@ -99,6 +99,51 @@ TEST(SimStudy, EveryCaseRunsAndTheTiersDoWhatTheyAreFor) {
   EXPECT_GT(r[StudyCase::kE].store_blocks_from_ram, 0u);
 }
 
+// Each device's costs besides bytes are charged to the loads that use it:
+// the local disk's to D, the remote volume's to E, and the lookup to every
+// case that consults the store. A case that does not use a device runs
+// exactly as without its costs.
+TEST(SimStudy, CostsPerOperationAreChargedToTheCasesThatPayThem) {
+  SimProfile bare = *find_sim_profile("study-h100");
+  bare.rates.lookup_s = 0;
+  for (auto* ops : {&bare.rates.ram_ops, &bare.rates.disk_ops, &bare.rates.remote_ops,
+                    &bare.rates.direct_ops}) {
+    *ops = {};
+  }
+  const auto w = bench::testing::tiny_workload(24, 10, 20, 4);
+  auto run_with = [&](StudyCase c, auto&& change) {
+    SimProfile p = bare;
+    change(p.rates);
+    return run(w, c, small_deployment(p).study);
+  };
+  auto none = [](auto&) {};
+  auto slow_disk = [](auto& r) { r.disk_ops = {0.02, 0.01, 4}; };
+  auto slow_remote = [](auto& r) { r.remote_ops = {0.02, 0.01, 4}; };
+  auto slow_lookup = [](auto& r) { r.lookup_s = 0.02; };
+  std::map<StudyCase, CaseResult> base;
+  for (StudyCase c : {StudyCase::kC, StudyCase::kD, StudyCase::kE}) base[c] = run_with(c, none);
+  ASSERT_GT(base[StudyCase::kD].store_blocks_from_disk, 0u);
+  ASSERT_GT(base[StudyCase::kE].store_blocks_from_disk, 0u);
+
+  const CaseResult d_disk = run_with(StudyCase::kD, slow_disk);
+  EXPECT_GT(d_disk.store_charged_s, base[StudyCase::kD].store_charged_s);
+  EXPECT_LT(d_disk.throughput_rps, base[StudyCase::kD].throughput_rps);
+  for (StudyCase c : {StudyCase::kC, StudyCase::kE}) {
+    const CaseResult r = run_with(c, slow_disk);
+    EXPECT_EQ(r.store_charged_s, base[c].store_charged_s) << bench::case_spec(c).letter;
+    EXPECT_EQ(r.throughput_rps, base[c].throughput_rps) << bench::case_spec(c).letter;
+  }
+  const CaseResult e_remote = run_with(StudyCase::kE, slow_remote);
+  EXPECT_GT(e_remote.store_charged_s, base[StudyCase::kE].store_charged_s);
+  EXPECT_LT(e_remote.throughput_rps, base[StudyCase::kE].throughput_rps);
+  EXPECT_EQ(run_with(StudyCase::kD, slow_remote).store_charged_s,
+            base[StudyCase::kD].store_charged_s);
+  // C has no disk: a lookup is all it pays besides RAM transfers.
+  const CaseResult c_lookup = run_with(StudyCase::kC, slow_lookup);
+  EXPECT_GT(c_lookup.store_charged_s, base[StudyCase::kC].store_charged_s);
+  EXPECT_LT(c_lookup.throughput_rps, base[StudyCase::kC].throughput_rps);
+}
+
 TEST(SimStudy, VolumeHoldsTheDeploymentsBlocks) {
   // A disk tier laid out on sparse_volume_bytes(n) has room for at least n
   // entries of a page of payload, and at most two regions more.
