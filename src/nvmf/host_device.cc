@@ -130,10 +130,12 @@ Result<std::unique_ptr<NvmeTcpDevice>> NvmeTcpDevice::connect(const HostOptions&
     d->up_ = true;
   }
   d->keepalive_ = std::thread([p = d.get()] { p->keepalive_loop(); });
-  // Enough submitters to fill every queue; each blocks while its command is
-  // in flight.
+  // Submitters carry only what cannot go out without a waiting thread
+  // (see the top of host_device.h); each blocks while its command is in
+  // flight, so more than the queues' depth would only wait for command ids.
   const size_t depth = size_t(options.io_queues) * std::max<uint16_t>(options.queue_size - 1, 1);
-  d->submitters_ = std::make_unique<TaskPool>(std::min<size_t>(depth, 256));
+  d->submitters_ = std::make_unique<TaskPool>(std::min(depth, kMaxSubmitters));
+  d->dispatcher_ = std::make_unique<TaskPool>(1);
   return d;
 }
 
@@ -153,6 +155,9 @@ NvmeTcpDevice::~NvmeTcpDevice() {
     std::unique_lock lk(async_mu_);
     async_cv_.wait(lk, [&] { return async_in_flight_ == 0; });
   }
+  // Requests that callbacks issued meanwhile are refused the async way now
+  // (stopping_) and go to the submitters, which fail them fast.
+  dispatcher_.reset();
   submitters_.reset();
   if (keepalive_.joinable()) keepalive_.join();
   std::lock_guard lk(state_mu_);
@@ -422,21 +427,82 @@ std::function<void(blk::DeviceStats&)> counts_write(uint64_t n) {
 }
 }  // namespace
 
+namespace {
+// The pieces of one request split into commands: the request's callback
+// runs once, when the last piece is done, with the first piece's failure.
+class PieceJoin {
+ public:
+  PieceJoin(uint64_t pieces, blk::IoCallback done) : left_(pieces), done_(std::move(done)) {}
+  void piece_done(const Status& st) {
+    Status outcome;
+    {
+      std::lock_guard lk(mu_);
+      if (!st.ok() && first_failure_.ok()) first_failure_ = st;
+      if (--left_ > 0) return;
+      outcome = first_failure_;
+    }
+    done_(outcome);
+  }
+
+ private:
+  std::mutex mu_;
+  uint64_t left_;
+  Status first_failure_;
+  blk::IoCallback done_;
+};
+}  // namespace
+
+void NvmeTcpDevice::split_into_commands(
+    uint64_t bytes, std::function<void(blk::DeviceStats&)> count, blk::IoCallback cb,
+    const std::function<void(uint64_t, uint64_t, blk::IoCallback)>& send_piece) {
+  blk::IoCallback done = [this, count = std::move(count), cb = std::move(cb)](Status st) {
+    finish(st, count, cb);
+  };
+  const uint64_t piece = max_transfer_.load(std::memory_order_relaxed);
+  if (bytes <= piece) return send_piece(0, bytes, std::move(done));
+  auto join = std::make_shared<PieceJoin>((bytes + piece - 1) / piece, std::move(done));
+  for (uint64_t at = 0; at < bytes; at += piece) {
+    send_piece(at, std::min(piece, bytes - at), [join](Status st) { join->piece_done(st); });
+  }
+}
+
 void NvmeTcpDevice::read(uint64_t offset, MutableByteView dst, blk::IoCallback cb) {
   Status st = check_io(offset, dst.size(), dst.data());
   if (!st.ok()) return finish(st, nullptr, cb);
-  if (dst.size() <= max_transfer_) {
-    auto cmd = std::make_unique<Command>();
-    fill_read(*cmd, offset, dst);
-    if (try_async(cmd, counts_read(dst.size()), cb,
-                  [this, offset, dst] { return read_blocking(offset, dst); })) {
-      async_reads_.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
+  split_into_commands(dst.size(), counts_read(dst.size()), std::move(cb),
+                      [&](uint64_t at, uint64_t n, blk::IoCallback piece_done) {
+                        send_read(offset + at, dst.subspan(at, n), std::move(piece_done));
+                      });
+}
+
+void NvmeTcpDevice::send_read(uint64_t offset, MutableByteView dst, blk::IoCallback done) {
+  auto cmd = std::make_unique<Command>();
+  fill_read(*cmd, offset, dst);
+  send(
+      std::move(cmd), std::move(done), [this, offset, dst] { return read_blocking(offset, dst); },
+      &async_reads_);
+}
+
+void NvmeTcpDevice::send(std::unique_ptr<Command> cmd, blk::IoCallback done,
+                         std::function<Status()> blocking, std::atomic<uint64_t>* sent_async) {
+  if (Queue::on_receiver_thread()) {
+    // Issued from a completion callback: a receiver must not send (a send
+    // that blocks would stop its queue's receiving), so the dispatcher
+    // thread sends it, still without a thread waiting for it.
+    from_callbacks_.fetch_add(1, std::memory_order_relaxed);
+    auto held = std::make_shared<std::unique_ptr<Command>>(std::move(cmd));
+    dispatcher_->post(
+        [this, held, done = std::move(done), blocking = std::move(blocking), sent_async]() mutable {
+          send(std::move(*held), std::move(done), std::move(blocking), sent_async);
+        });
+    return;
   }
-  submitters_->post([this, offset, dst, cb = std::move(cb)] {
-    finish(read_blocking(offset, dst), counts_read(dst.size()), cb);
-  });
+  if (try_async(cmd, done, blocking)) {
+    if (sent_async) sent_async->fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  blocking_requests_.fetch_add(1, std::memory_order_relaxed);
+  submitters_->post([done = std::move(done), blocking = std::move(blocking)] { done(blocking()); });
 }
 
 void NvmeTcpDevice::readv(uint64_t offset, std::span<const MutableByteView> parts,
@@ -457,19 +523,17 @@ void NvmeTcpDevice::readv(uint64_t offset, std::span<const MutableByteView> part
   std::vector<MutableByteView> owned(parts.begin(), parts.end());
   auto cmd = std::make_unique<Command>();
   fill_readv(*cmd, offset, owned);
-  if (try_async(cmd, counts_read(total), cb,
-                [this, offset, owned] { return readv_blocking(offset, owned); })) {
-    async_reads_.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  submitters_->post([this, offset, owned = std::move(owned), total, cb = std::move(cb)] {
-    finish(readv_blocking(offset, owned), counts_read(total), cb);
-  });
+  blk::IoCallback done = [this, total, cb = std::move(cb)](Status st) {
+    finish(st, counts_read(total), cb);
+  };
+  send(
+      std::move(cmd), std::move(done),
+      [this, offset, owned = std::move(owned)] { return readv_blocking(offset, owned); },
+      &async_reads_);
 }
 
-bool NvmeTcpDevice::try_async(std::unique_ptr<Command>& cmd,
-                              std::function<void(blk::DeviceStats&)> count,
-                              const blk::IoCallback& cb, std::function<Status()> retry) {
+bool NvmeTcpDevice::try_async(std::unique_ptr<Command>& cmd, const blk::IoCallback& done_cb,
+                              std::function<Status()> retry) {
   if (Queue::on_receiver_thread()) return false;  // a request issued from a completion
   std::shared_ptr<Queue> q;
   uint64_t gen = 0;
@@ -483,22 +547,22 @@ bool NvmeTcpDevice::try_async(std::unique_ptr<Command>& cmd,
     std::lock_guard lk(async_mu_);
     ++async_in_flight_;
   }
-  auto done = [this, gen, count, cb, retry](Status st, Command& c) {
+  auto done = [this, gen, done_cb, retry](Status st, Command& c) {
     if (st.ok() && c.status != 0 && planned_past_limits(c)) {
       // Planned as one command (or with its data in the capsule) before a
       // reconnect lowered the controller's limits, and refused for it: the
       // blocking way plans again under the new limits.
-      submitters_->post([this, count, cb, retry] { finish(retry(), count, cb); });
+      submitters_->post([done_cb, retry] { done_cb(retry()); });
     } else if (st.ok()) {
-      finish(nvme_status(c.status, "I/O command"), count, cb);
+      done_cb(nvme_status(c.status, "I/O command"));
     } else {
       // The connection failed under the command: retry it the blocking way,
       // which waits for the reconnect or fails as configured. Not on the
       // receiver thread, which must never wait for state_mu_ (a reconnect
       // holds it while it joins the old receivers).
-      submitters_->post([this, gen, st, count, cb, retry] {
+      submitters_->post([this, gen, st, done_cb, retry] {
         lost(gen, st);
-        finish(retry(), count, cb);
+        done_cb(retry());
       });
     }
     end_async();
@@ -560,18 +624,18 @@ void NvmeTcpDevice::fill_trim(Command& c, uint64_t offset, uint64_t blocks) cons
 void NvmeTcpDevice::write(uint64_t offset, ByteView src, blk::IoCallback cb) {
   Status st = check_io(offset, src.size(), src.data());
   if (!st.ok()) return finish(st, nullptr, cb);
-  if (src.size() <= max_transfer_) {
-    auto cmd = std::make_unique<Command>();
-    fill_write(*cmd, offset, src);
-    if (try_async(cmd, counts_write(src.size()), cb,
-                  [this, offset, src] { return write_blocking(offset, src); })) {
-      async_writes_.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-  }
-  submitters_->post([this, offset, src, cb = std::move(cb)] {
-    finish(write_blocking(offset, src), counts_write(src.size()), cb);
-  });
+  split_into_commands(src.size(), counts_write(src.size()), std::move(cb),
+                      [&](uint64_t at, uint64_t n, blk::IoCallback piece_done) {
+                        send_write(offset + at, src.subspan(at, n), std::move(piece_done));
+                      });
+}
+
+void NvmeTcpDevice::send_write(uint64_t offset, ByteView src, blk::IoCallback done) {
+  auto cmd = std::make_unique<Command>();
+  fill_write(*cmd, offset, src);
+  send(
+      std::move(cmd), std::move(done), [this, offset, src] { return write_blocking(offset, src); },
+      &async_writes_);
 }
 
 Status NvmeTcpDevice::read_sync(uint64_t offset, MutableByteView dst) {
@@ -592,26 +656,29 @@ void NvmeTcpDevice::flush(blk::IoCallback cb) {
   auto counts_flush = [](blk::DeviceStats& s) { s.flushes++; };
   auto cmd = std::make_unique<Command>();
   cmd->sqe = make_sqe(0x00, opt_.nsid, 0);
-  if (try_async(cmd, counts_flush, cb, [this] { return flush_blocking(); })) return;
-  submitters_->post(
-      [this, counts_flush, cb = std::move(cb)] { finish(flush_blocking(), counts_flush, cb); });
+  blk::IoCallback done = [this, counts_flush, cb = std::move(cb)](Status st) {
+    finish(st, counts_flush, cb);
+  };
+  send(
+      std::move(cmd), std::move(done), [this] { return flush_blocking(); }, nullptr);
 }
 
 void NvmeTcpDevice::trim(uint64_t offset, uint64_t length, blk::IoCallback cb) {
   Status st = check_io(offset, length, nullptr);
   if (!st.ok()) return finish(st, nullptr, cb);
   auto counts_trim = [](blk::DeviceStats& s) { s.trims++; };
-  if (length / block_size_ <= 0xFFFFFFFFu) {
-    auto cmd = std::make_unique<Command>();
-    fill_trim(*cmd, offset, length / block_size_);
-    if (try_async(cmd, counts_trim, cb,
-                  [this, offset, length] { return trim_blocking(offset, length); })) {
-      return;
-    }
+  blk::IoCallback done = [this, counts_trim, cb = std::move(cb)](Status st) {
+    finish(st, counts_trim, cb);
+  };
+  auto blocking = [this, offset, length] { return trim_blocking(offset, length); };
+  if (length / block_size_ > 0xFFFFFFFFu) {  // more than one command: the blocking way
+    blocking_requests_.fetch_add(1, std::memory_order_relaxed);
+    submitters_->post([done = std::move(done), blocking] { done(blocking()); });
+    return;
   }
-  submitters_->post([this, offset, length, counts_trim, cb = std::move(cb)] {
-    finish(trim_blocking(offset, length), counts_trim, cb);
-  });
+  auto cmd = std::make_unique<Command>();
+  fill_trim(*cmd, offset, length / block_size_);
+  send(std::move(cmd), std::move(done), blocking, nullptr);
 }
 
 void NvmeTcpDevice::finish(const Status& st, const std::function<void(blk::DeviceStats&)>& count,

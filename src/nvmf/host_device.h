@@ -7,18 +7,22 @@
 // socket wait is bounded by io_timeout, so no call ever hangs.
 //
 // Threads: requests may be submitted from any thread and return at once.
-// While the device is up and a queue has a free command id, a request of at
-// most one command's size (read, vectored read, write, flush, trim) is sent
-// by the caller's thread itself on a queue picked round robin, and its
-// callback runs on that queue's receiver thread (the thread that placed its
-// C2H data straight into the caller's buffers): no thread waits for it. A
-// write the controller pulls with R2T has its data sent by the queue's data
-// sender thread. The rest (larger requests, requests while reconnecting or
-// with every command id taken, requests issued from a completion callback,
-// and the retry of a command whose connection failed) runs on one of the
-// device's submitter threads (io_queues x (queue_size - 1) of them, at most
-// 256), each of which blocks while its command is in flight. A queue keeps
-// up to queue_size - 1 commands in flight, told apart by command id. A
+// While the device is up and a queue has a free command id, a request (read,
+// vectored read, write, flush, trim) is sent by the caller's thread itself on
+// a queue picked round robin, and its callback runs on that queue's receiver
+// thread (the thread that placed its C2H data straight into the caller's
+// buffers): no thread waits for it. A read or write larger than one command
+// is split into commands of max_transfer bytes, all sent at once the same
+// way, and called back when the last is done. A write the controller pulls
+// with R2T has its data sent by the queue's data sender thread. What cannot
+// go out that way (requests while reconnecting or with every command id
+// taken, and the retry of a command whose connection failed) runs on one of
+// the device's submitter threads, each of which blocks while its command is in flight; there are
+// kMaxSubmitters of them at most (fewer for a smaller total queue depth):
+// they carry what overflows, not the device's queue depth. A request that a
+// completion callback issues is sent by the device's dispatcher thread (a
+// receiver thread must not send), the same way. A queue keeps up
+// to queue_size - 1 commands in flight, told apart by command id. A
 // keep-alive thread owns the admin queue's periodic traffic.
 #pragma once
 
@@ -115,8 +119,15 @@ class NvmeTcpDevice : public blk::BlockDevice {
   uint64_t reconnects() const { return reconnects_; }
   // Reads (plain or vectored) and writes sent by the caller's thread with no
   // thread waiting for them.
+  // A request split into several commands counts each.
   uint64_t async_reads() const { return async_reads_; }
   uint64_t async_writes() const { return async_writes_; }
+  // Commands (or whole requests) handed to a submitter thread instead,
+  // retries after a failed connection not counted.
+  uint64_t blocking_requests() const { return blocking_requests_; }
+  // Requests issued from a completion callback (sent by the dispatcher).
+  uint64_t from_callbacks() const { return from_callbacks_; }
+  static constexpr size_t kMaxSubmitters = 32;
   // The most commands that were ever in flight at once on one I/O queue.
   uint32_t peak_in_flight() const { return peak_in_flight_; }
   bool connected() const;
@@ -136,12 +147,28 @@ class NvmeTcpDevice : public blk::BlockDevice {
   // for it (or refused because the controller did not ask and should have).
   Status authenticate_queue(Queue& q, uint16_t qid, uint32_t connect_dw0);
   Status run(Command& cmd);
-  // Sends `cmd` without a waiting thread (see the top of this file): `cb`
-  // gets its outcome, counted with `count`, and if its connection fails the
-  // command is redone by `retry` on a submitter. False, leaving `cmd`, when
-  // it cannot; the caller then takes the blocking path.
-  bool try_async(std::unique_ptr<Command>& cmd, std::function<void(blk::DeviceStats&)> count,
-                 const blk::IoCallback& cb, std::function<Status()> retry);
+  // Sends `cmd` without a waiting thread (see the top of this file): `done`
+  // gets its outcome, and if its connection fails the command is redone by
+  // `retry` on a submitter. False, leaving `cmd`, when it cannot; the caller
+  // then takes the blocking path.
+  bool try_async(std::unique_ptr<Command>& cmd, const blk::IoCallback& done,
+                 std::function<Status()> retry);
+  // Sends a request of `bytes` as commands of at most max_transfer_ bytes:
+  // `send_piece(at, n, piece_done)` sends the piece at `at`, and once every
+  // piece's piece_done has run the request is finished (counted with
+  // `count`, `cb` called) with the first failure.
+  void split_into_commands(
+      uint64_t bytes, std::function<void(blk::DeviceStats&)> count, blk::IoCallback cb,
+      const std::function<void(uint64_t, uint64_t, blk::IoCallback)>& send_piece);
+  // One command's read or write: without a waiting thread if it can,
+  // else on a submitter.
+  void send_read(uint64_t offset, MutableByteView dst, blk::IoCallback done);
+  void send_write(uint64_t offset, ByteView src, blk::IoCallback done);
+  // Sends `cmd` without a waiting thread if it can (counted in
+  // `sent_async`, may be null), else runs `blocking` on a submitter; one
+  // issued on a receiver thread is handed to the dispatcher first.
+  void send(std::unique_ptr<Command> cmd, blk::IoCallback done, std::function<Status()> blocking,
+            std::atomic<uint64_t>* sent_async);
   void end_async();  // one command sent by try_async is done
   // One command's SQE and buffers: a Read of `dst` (or of `parts`, in
   // order), a Write of `src` (in the capsule when it fits), a Dataset
@@ -195,6 +222,8 @@ class NvmeTcpDevice : public blk::BlockDevice {
   std::atomic<uint64_t> reconnects_{0};
   std::atomic<uint64_t> async_reads_{0};
   std::atomic<uint64_t> async_writes_{0};
+  std::atomic<uint64_t> blocking_requests_{0};
+  std::atomic<uint64_t> from_callbacks_{0};
   std::atomic<uint32_t> peak_in_flight_{0};
   std::thread keepalive_;
   mutable std::mutex stats_mu_;
@@ -204,6 +233,9 @@ class NvmeTcpDevice : public blk::BlockDevice {
   std::mutex async_mu_;
   std::condition_variable async_cv_;
   uint64_t async_in_flight_ = 0;
+  // Sends the requests that completion callbacks issue (a receiver thread
+  // must not send); it may block on a socket, never on a command.
+  std::unique_ptr<TaskPool> dispatcher_;
   // Last member: destroyed first, so every posted request has run (and
   // called back) before the queues and the rest of the device go.
   std::unique_ptr<TaskPool> submitters_;

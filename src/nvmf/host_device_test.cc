@@ -89,8 +89,9 @@ void connect_one_queue(std::shared_ptr<blk::BlockDevice> dev, OneQueueSetup& set
 
 // Reads of one command go out from the caller's thread and call back from
 // the queue's receiver: counted as such, one at a time; a read issued from
-// inside a callback still completes (it takes a submitter thread); and a
-// device destroyed with reads in flight calls every one back, once, first.
+// inside a callback goes out the same way through the dispatcher thread (no
+// submitter waits for it); and a device destroyed with reads in flight
+// calls every one back, once, first.
 TEST(NvmeTcpDevice, ReadsGoOutWithoutAThreadEachAndAllCallBack) {
   auto dev = std::make_shared<blk::MemDevice>(16 << 20, 4096, 1);
   for (size_t i = 0; i < dev->raw().size(); ++i) dev->raw()[i] = std::byte(i * 7 + (i >> 12));
@@ -119,6 +120,9 @@ TEST(NvmeTcpDevice, ReadsGoOutWithoutAThreadEachAndAllCallBack) {
   ASSERT_TRUE(inner_read.wait_for(1)) << "the read issued from a callback never called back";
   EXPECT_EQ(inner_read.failed(), 0u) << inner_read.last_error().to_string();
   EXPECT_TRUE(matches(inner, 8192));
+  EXPECT_EQ(host.from_callbacks(), 1u);
+  EXPECT_EQ(host.async_reads(), 22u);
+  EXPECT_EQ(host.blocking_requests(), 0u);
 
   std::atomic<int> called{0};
   std::vector<AlignedBuffer> bufs;
@@ -166,6 +170,56 @@ TEST(NvmeTcpDevice, WritesFlushesAndTrimsGoOutWithoutAThreadEach) {
   EXPECT_EQ(dev->raw()[(64 << 10) + 100], w.data()[(64 << 10) + 100]);
   EXPECT_EQ(host.stats().writes, 16u);
   EXPECT_EQ(host.stats().trims, 1u);
+}
+
+// A read or write larger than one command is split into commands that all
+// go out at once without a thread waiting for any, and calls back once,
+// when the last is done; one issued from a completion callback too.
+TEST(NvmeTcpDevice, LargeRequestsAreSplitIntoCommandsSentWithoutAThreadEach) {
+  auto dev = std::make_shared<blk::MemDevice>(16 << 20, 4096, 1);
+  auto faulty = std::make_shared<blk::FaultyDevice>(dev);
+  OneQueueSetup setup;
+  connect_one_queue(faulty, setup);
+  if (HasFatalFailure()) return;
+  NvmeTcpDevice& host = *setup.host;
+  const uint64_t mt = host.capabilities().max_transfer_bytes;
+  ASSERT_GT(mt, 0u);
+  ASSERT_LE(4 * mt, 8u << 20) << "the test's namespace is too small for this max transfer";
+  const uint64_t size = 3 * mt + 4096;  // four commands, the last of one block
+  AlignedBuffer w(size), r(size), r2(size);
+  for (size_t i = 0; i < w.size(); ++i) w.data()[i] = std::byte(i * 11 + (i >> 12) + 3);
+  blk::testing::Completions done;
+  host.write(4096, w.view(), [&](Status st) { done.done(st); });
+  ASSERT_TRUE(done.wait_for(1)) << "the large write never called back";
+  ASSERT_EQ(done.failed(), 0u) << done.last_error().to_string();
+  EXPECT_EQ(host.async_writes(), 4u);
+  EXPECT_EQ(std::memcmp(dev->raw().data() + 4096, w.data(), size), 0);
+  EXPECT_EQ(host.stats().writes, 1u);  // one request, however many commands
+  EXPECT_EQ(host.stats().bytes_written, size);
+
+  host.read(4096, r.view(), [&](Status st) {
+    done.done(st);
+    host.read(4096, r2.view(), [&](Status st2) { done.done(st2); });
+  });
+  ASSERT_TRUE(done.wait_for(3)) << "a large read never called back";
+  ASSERT_EQ(done.failed(), 0u) << done.last_error().to_string();
+  EXPECT_EQ(std::memcmp(r.data(), w.data(), size), 0);
+  EXPECT_EQ(std::memcmp(r2.data(), w.data(), size), 0);
+  EXPECT_EQ(host.async_reads(), 8u);
+  // The inner read's four commands were issued on the receiver thread.
+  EXPECT_EQ(host.from_callbacks(), 4u);
+  EXPECT_EQ(host.blocking_requests(), 0u);
+  EXPECT_EQ(host.stats().reads, 2u);
+
+  // One piece failing fails the request, which calls back once.
+  faulty->add_fault_range(4096 + 2 * mt, 4096);
+  host.read(4096, r.view(), [&](Status st) { done.done(st); });
+  ASSERT_TRUE(done.wait_for(4));
+  EXPECT_EQ(done.failed(), 1u);
+  EXPECT_EQ(done.count(), 4u);
+  EXPECT_EQ(host.stats().errors, 1u);
+  EXPECT_EQ(host.stats().reads, 2u);
+  EXPECT_TRUE(host.connected());
 }
 
 // A vectored read is one Read command whose data is scattered over the
