@@ -379,6 +379,9 @@ Status NvmeTcpDevice::run(Command& cmd) {
     cmd.status = 0;
     Status st = q->exec(cmd);
     if (st.ok()) return nvme_status(cmd.status, "I/O command");
+    // No command id came free within io_timeout on a queue that is still
+    // up: it is busy, not lost; fail this request alone.
+    if (!q->failed()) return st;
     lost(gen, st);  // then retry on the new connection, or fail as configured
   }
 }
@@ -489,18 +492,22 @@ void NvmeTcpDevice::send(std::unique_ptr<Command> cmd, blk::IoCallback done,
     // Issued from a completion callback: a receiver must not send (a send
     // that blocks would stop its queue's receiving), so the dispatcher
     // thread sends it, still without a thread waiting for it.
+    // Counted as in flight until the dispatcher has sent it, so the
+    // destructor waits for it before the dispatcher and submitters go.
     from_callbacks_.fetch_add(1, std::memory_order_relaxed);
+    {
+      std::lock_guard lk(async_mu_);
+      ++async_in_flight_;
+    }
     auto held = std::make_shared<std::unique_ptr<Command>>(std::move(cmd));
     dispatcher_->post(
         [this, held, done = std::move(done), blocking = std::move(blocking), sent_async]() mutable {
           send(std::move(*held), std::move(done), std::move(blocking), sent_async);
+          end_async();
         });
     return;
   }
-  if (try_async(cmd, done, blocking)) {
-    if (sent_async) sent_async->fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
+  if (try_async(cmd, done, blocking, sent_async)) return;
   blocking_requests_.fetch_add(1, std::memory_order_relaxed);
   submitters_->post([done = std::move(done), blocking = std::move(blocking)] { done(blocking()); });
 }
@@ -533,7 +540,7 @@ void NvmeTcpDevice::readv(uint64_t offset, std::span<const MutableByteView> part
 }
 
 bool NvmeTcpDevice::try_async(std::unique_ptr<Command>& cmd, const blk::IoCallback& done_cb,
-                              std::function<Status()> retry) {
+                              std::function<Status()> retry, std::atomic<uint64_t>* sent_async) {
   if (Queue::on_receiver_thread()) return false;  // a request issued from a completion
   std::shared_ptr<Queue> q;
   uint64_t gen = 0;
@@ -542,11 +549,13 @@ bool NvmeTcpDevice::try_async(std::unique_ptr<Command>& cmd, const blk::IoCallba
     if (!up_ || stopping_ || io_.empty()) return false;
     q = io_[next_queue_++ % io_.size()];
     gen = generation_;
-  }
-  {
-    std::lock_guard lk(async_mu_);
+    // Counted before state_mu_ is let go: the destructor, which sets
+    // stopping_ under it, then waits for this command too.
+    std::lock_guard alk(async_mu_);
     ++async_in_flight_;
   }
+  // Counted before it is sent: its callback may run before submit returns.
+  if (sent_async) sent_async->fetch_add(1, std::memory_order_relaxed);
   auto done = [this, gen, done_cb, retry](Status st, Command& c) {
     if (st.ok() && c.status != 0 && planned_past_limits(c)) {
       // Planned as one command (or with its data in the capsule) before a
@@ -568,6 +577,7 @@ bool NvmeTcpDevice::try_async(std::unique_ptr<Command>& cmd, const blk::IoCallba
     end_async();
   };
   if (q->submit(cmd, std::move(done))) return true;
+  if (sent_async) sent_async->fetch_sub(1, std::memory_order_relaxed);
   end_async();
   return false;
 }

@@ -125,7 +125,8 @@ class NvmeTcpDevice : public blk::BlockDevice {
   // Commands (or whole requests) handed to a submitter thread instead,
   // retries after a failed connection not counted.
   uint64_t blocking_requests() const { return blocking_requests_; }
-  // Requests issued from a completion callback (sent by the dispatcher).
+  // Commands issued from a completion callback (sent by the dispatcher; a
+  // request split into several commands counts each).
   uint64_t from_callbacks() const { return from_callbacks_; }
   static constexpr size_t kMaxSubmitters = 32;
   // The most commands that were ever in flight at once on one I/O queue.
@@ -147,12 +148,12 @@ class NvmeTcpDevice : public blk::BlockDevice {
   // for it (or refused because the controller did not ask and should have).
   Status authenticate_queue(Queue& q, uint16_t qid, uint32_t connect_dw0);
   Status run(Command& cmd);
-  // Sends `cmd` without a waiting thread (see the top of this file): `done`
-  // gets its outcome, and if its connection fails the command is redone by
-  // `retry` on a submitter. False, leaving `cmd`, when it cannot; the caller
-  // then takes the blocking path.
+  // Sends `cmd` without a waiting thread (see the top of this file),
+  // counted in `sent_async` (may be null): `done` gets its outcome, and if
+  // its connection fails the command is redone by `retry` on a submitter. False, leaving `cmd`,
+  // when it cannot; the caller then takes the blocking path.
   bool try_async(std::unique_ptr<Command>& cmd, const blk::IoCallback& done,
-                 std::function<Status()> retry);
+                 std::function<Status()> retry, std::atomic<uint64_t>* sent_async = nullptr);
   // Sends a request of `bytes` as commands of at most max_transfer_ bytes:
   // `send_piece(at, n, piece_done)` sends the piece at `at`, and once every
   // piece's piece_done has run the request is finished (counted with

@@ -94,6 +94,13 @@ class NvmeTcpDevice::Queue {
   using AsyncDone = std::function<void(Status, Command&)>;
   bool submit(std::unique_ptr<Command>& cmd, AsyncDone done);
 
+  // Whether the connection has failed (a command timed out, a send failed,
+  // the receiver stopped).
+  bool failed() {
+    std::lock_guard lk(mu_);
+    return !failed_.ok();
+  }
+
   // True on any queue's receiver thread. Callbacks run there, and must not
   // send (a blocked send would stop that queue's receiving) nor wait for the
   // device's state lock (a reconnect holds it while it joins receivers).
