@@ -174,6 +174,8 @@ nlohmann::json case_json(const CaseResult& r, const CaseResult* recompute, const
   j["replica_threads"] = r.replica_threads;
   j["replica_overlap_wall_s"] = r.replica_overlap_wall_s;
   j["store_wall_s"] = r.store_wall_s;
+  j["store_read_wall_s"] = r.store_read_wall_s;
+  j["store_lookups"] = r.store_lookups;
   j["store_charged_s"] = r.store_charged_s;
   j["disk_queue_s"] = r.disk_queue_s;
   add_load_rate_json(j, r, lim);

@@ -202,6 +202,8 @@ Result<PrefixLoad> Run::load_from_store(PrefillReplica& p, std::span<const kv::K
   }
   res_.store_disk_load_bytes += load->disk_bytes;
   res_.store_disk_load_wall_s += load->disk_wall_s;
+  res_.store_read_wall_s += load->ram_wall_s + load->disk_wall_s;
+  ++res_.store_lookups;
   if (load->loaded > 0) {
     ++res_.store_load_events;
     res_.store_hit_blocks += load->loaded;

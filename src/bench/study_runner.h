@@ -106,7 +106,11 @@ struct CaseResult {
   double store_wall_s = 0;            // measured wall time of store calls
   double store_load_wall_s = 0;       // of which lookups and loads (the rest: saves)
   double store_disk_load_wall_s = 0;  // of which reads of disk-only blocks
-  double store_charged_s = 0;         // the same, charged to the virtual clock
+  // Of the loads' time, the reads (RAM and disk); the rest is lookups, one
+  // per store consult, hit or miss.
+  double store_read_wall_s = 0;
+  uint64_t store_lookups = 0;
+  double store_charged_s = 0;  // the same, charged to the virtual clock
   double disk_queue_s = 0;  // StudyOptions::shared_disk: virtual seconds loads waited for the disk
   // Sum over prefill replicas of the union of the intervals in which the
   // replica had a request outstanding (dispatch to last token).

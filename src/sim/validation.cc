@@ -23,7 +23,8 @@ bench::StudyOptions simulated(const bench::StudyOptions& tb, const bench::CaseRe
   bench::StudyOptions s = tb;
   s.profile.stored_kv_bytes_per_token = kStoredBytesPerToken;
   s.store_charge_scale = 0;
-  s.modeled_store = measured_store_rates(measured);
+  s.modeled_store = measured_store_rates(
+      measured, tb.store_charge_scale > 0 ? tb.store_charge_scale : tb.profile.byte_scale());
   // The simulator charges the prefill-to-decode transfer at the profile's
   // link rate; only a testbed run that did the same is comparable.
   s.pd_transfer = bench::PdTransferMode::kModeled;
@@ -54,10 +55,17 @@ void add_rows(const bench::CaseResult& tb, const bench::CaseResult& sim,
 
 }  // namespace
 
-bench::StudyOptions::ModeledStoreRates measured_store_rates(const bench::CaseResult& r) {
+bench::StudyOptions::ModeledStoreRates measured_store_rates(const bench::CaseResult& r,
+                                                            double charge_scale) {
   bench::StudyOptions::ModeledStoreRates m;
+  // The RAM reads' own time: a lookup's is charged apart, once per consult
+  // (misses too), not spread over the bytes that hits moved.
   m.ram_load_bytes_per_s = rate(r.store_load_bytes - r.store_disk_load_bytes,
-                                r.store_load_wall_s - r.store_disk_load_wall_s);
+                                r.store_read_wall_s - r.store_disk_load_wall_s);
+  if (r.store_lookups > 0 && r.store_load_wall_s > r.store_read_wall_s) {
+    m.lookup_s = (r.store_load_wall_s - r.store_read_wall_s) /
+                 static_cast<double>(r.store_lookups) * charge_scale;
+  }
   m.disk_load_bytes_per_s = rate(r.store_disk_load_bytes, r.store_disk_load_wall_s);
   m.save_bytes_per_s = rate(r.store_save_bytes, r.store_wall_s - r.store_load_wall_s);
   // The remote and direct rates stay 0: the runner then charges case E's and

@@ -17,8 +17,11 @@ namespace kvtier::sim {
 // The store rates a testbed run measured, in stored bytes per wall second,
 // which are deployment bytes per charged second (both sides scale alike):
 // RAM-served loads, disk-served loads and saves (for case E, over its link;
-// for F, its direct reads).
-bench::StudyOptions::ModeledStoreRates measured_store_rates(const bench::CaseResult& r);
+// for F, its direct reads); and the mean time of a lookup (a load's time
+// outside its reads), in deployment seconds: its wall time x
+// `charge_scale`, the testbed run's factor from wall to virtual seconds.
+bench::StudyOptions::ModeledStoreRates measured_store_rates(const bench::CaseResult& r,
+                                                            double charge_scale);
 
 struct ValidationRow {
   std::string protocol;
