@@ -129,8 +129,9 @@ struct StudyOptions {
       // Its part besides the bytes: latency and operations.
       double fixed_seconds(uint64_t blocks, uint32_t nodes = 1) const;
     };
-    // RAM-tier loads and saves; the local disk tier's reads (D); the remote
-    // volume's reads and the saves of a case with one (E); direct reads (F).
+    // RAM-tier loads and saves; the local disk tier's reads (D) and the
+    // saves of a case without a RAM tier (F); the remote volume's reads (E);
+    // direct reads (F).
     OpCosts ram_ops, disk_ops, remote_ops, direct_ops;
   };
   std::optional<ModeledStoreRates> modeled_store;

@@ -167,10 +167,10 @@ Status Run::finish_save(PrefillReplica& p, double scale) {
   res_.write_refusals += save->refused;
   res_.store_save_bytes += save->bytes;
   res_.store_wall_s += save->wall_s;
-  const uint64_t offered = save->stored + save->deduplicated + save->refused;
-  res_.offered_write_blocks += offered;
+  res_.offered_write_blocks += save->stored + save->deduplicated + save->refused;
+  // Only the stored blocks move bytes and take an operation each.
   const double save_s = o_.modeled_store
-                            ? modeled_seconds(static_cast<double>(save->bytes), offered,
+                            ? modeled_seconds(static_cast<double>(save->bytes), save->stored,
                                               modeled_save_rate(), modeled_save_ops(), scale)
                             : save->wall_s;
   res_.store_charged_s += save_s * scale;
@@ -194,15 +194,19 @@ double Run::modeled_save_rate() const {
 }
 
 const StudyOptions::ModeledStoreRates::OpCosts& Run::modeled_disk_load_ops() const {
+  // As modeled_disk_load_rate(): a remote or direct path without a rate of
+  // its own is charged as the local disk.
   const auto& m = *o_.modeled_store;
-  if (spec_.remote_volume) return m.remote_ops;
-  if (!spec_.ram_tier && spec_.disk_tier) return m.direct_ops;
+  if (spec_.remote_volume && m.remote_load_bytes_per_s > 0) return m.remote_ops;
+  if (!spec_.ram_tier && spec_.disk_tier && m.direct_load_bytes_per_s > 0) return m.direct_ops;
   return m.disk_ops;
 }
 
 const StudyOptions::ModeledStoreRates::OpCosts& Run::modeled_save_ops() const {
+  // Puts land in the store's RAM tier (case E's too: its volume is written
+  // by demotion, not by the put); without one (F) they go to the volume.
   const auto& m = *o_.modeled_store;
-  return spec_.remote_volume ? m.remote_ops : m.ram_ops;
+  return spec_.ram_tier ? m.ram_ops : m.disk_ops;
 }
 
 double Run::modeled_seconds(double bytes, uint64_t blocks, double per_node_rate,

@@ -144,6 +144,36 @@ TEST(SimStudy, CostsPerOperationAreChargedToTheCasesThatPayThem) {
   EXPECT_LT(c_lookup.throughput_rps, base[StudyCase::kC].throughput_rps);
 }
 
+// The costs are deployment seconds, charged once each: with transfers made
+// free (rates of 1e18 bytes/s), a run's charged store time is exactly its
+// lookups (C), or its disk-served blocks' operations (D).
+TEST(SimStudy, CostsAreChargedInDeploymentSecondsOnce) {
+  SimProfile free = *find_sim_profile("study-h100");
+  for (double* rate : {&free.rates.ram_load_bytes_per_s, &free.rates.disk_load_bytes_per_s,
+                       &free.rates.save_bytes_per_s, &free.rates.remote_load_bytes_per_s,
+                       &free.rates.remote_save_bytes_per_s, &free.rates.direct_load_bytes_per_s}) {
+    *rate = 1e18;
+  }
+  free.engine.pd_link_bytes_per_s = 1e18;  // also the host link, which caps the store's rates
+  free.rates.lookup_s = 0;
+  for (auto* ops : {&free.rates.ram_ops, &free.rates.disk_ops, &free.rates.remote_ops,
+                    &free.rates.direct_ops}) {
+    *ops = {};
+  }
+  const auto w = bench::testing::tiny_workload(24, 10, 20, 4);
+  SimProfile lookups = free;
+  lookups.rates.lookup_s = 0.02;
+  const CaseResult c = run(w, StudyCase::kC, small_deployment(lookups).study);
+  ASSERT_GT(c.store_lookups, 0u);
+  EXPECT_NEAR(c.store_charged_s, 0.02 * static_cast<double>(c.store_lookups), 1e-6);
+
+  SimProfile disk_ops = free;
+  disk_ops.rates.disk_ops = {0, 0.004, 4};  // 1 ms a block
+  const CaseResult d = run(w, StudyCase::kD, small_deployment(disk_ops).study);
+  ASSERT_GT(d.store_blocks_from_disk, 0u);
+  EXPECT_NEAR(d.store_charged_s, 0.001 * static_cast<double>(d.store_blocks_from_disk), 1e-6);
+}
+
 TEST(SimStudy, VolumeHoldsTheDeploymentsBlocks) {
   // A disk tier laid out on sparse_volume_bytes(n) has room for at least n
   // entries of a page of payload, and at most two regions more.
