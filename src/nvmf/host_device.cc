@@ -488,6 +488,13 @@ void NvmeTcpDevice::send_read(uint64_t offset, MutableByteView dst, blk::IoCallb
 
 void NvmeTcpDevice::send(std::unique_ptr<Command> cmd, blk::IoCallback done,
                          std::function<Status()> blocking, std::atomic<uint64_t>* sent_async) {
+  if (stopping_) {
+    // The device is being destroyed: a request a callback issues now (on a
+    // receiver, the dispatcher or a submitter that is draining) fails here,
+    // not on a pool that may already be gone.
+    done(Status::unavailable(name() + ": the device is closing"));
+    return;
+  }
   if (Queue::on_receiver_thread()) {
     // Issued from a completion callback: a receiver must not send (a send
     // that blocks would stop its queue's receiving), so the dispatcher

@@ -124,14 +124,22 @@ TEST(NvmeTcpDevice, ReadsGoOutWithoutAThreadEachAndAllCallBack) {
   EXPECT_EQ(host.async_reads(), 22u);
   EXPECT_EQ(host.blocking_requests(), 0u);
 
-  std::atomic<int> called{0};
-  std::vector<AlignedBuffer> bufs;
-  for (int i = 0; i < 32; ++i) bufs.emplace_back(64 << 10);
+  // Each callback issues one more read, which may find the device being
+  // destroyed: it is called back too (sent, or failed at once), before the
+  // destructor returns.
+  std::atomic<int> called{0}, inner_called{0};
+  std::vector<AlignedBuffer> bufs, inner_bufs;
+  for (int i = 0; i < 32; ++i) bufs.emplace_back(64 << 10), inner_bufs.emplace_back(4096);
   for (int i = 0; i < 32; ++i) {
-    host.read(uint64_t(i) << 16, bufs[i].view(), [&](Status) { called.fetch_add(1); });
+    host.read(uint64_t(i) << 16, bufs[i].view(), [&, i](Status) {
+      called.fetch_add(1);
+      host.read(uint64_t(i) << 16, inner_bufs[i].view(),
+                [&](Status) { inner_called.fetch_add(1); });
+    });
   }
   setup.host.reset();
   EXPECT_EQ(called.load(), 32);
+  EXPECT_EQ(inner_called.load(), 32);
 }
 
 // Writes of one command go out from the caller's thread too: small ones in
