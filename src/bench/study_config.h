@@ -182,6 +182,12 @@ struct StudyOptions {
   uint64_t seed = 1;
 
   StudyOptions();
+
+  // Measured store and transfer seconds x this = virtual seconds charged:
+  // store_charge_scale, or the profile's byte scale when that is 0.
+  double charge_scale() const {
+    return store_charge_scale > 0 ? store_charge_scale : profile.byte_scale();
+  }
 };
 
 }  // namespace kvtier::bench

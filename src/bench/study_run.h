@@ -120,9 +120,7 @@ class Run {
   void book_store_counters();
   void push(double t, EvKind k, uint32_t idx) { events_.push({t, seq_++, k, idx}); }
   // Measured store and transfer seconds x this = virtual seconds charged.
-  double charge_scale() const {
-    return o_.store_charge_scale > 0 ? o_.store_charge_scale : o_.profile.byte_scale();
-  }
+  double charge_scale() const { return o_.charge_scale(); }
   // With modeled_store: the rates of this case's disk-tier loads and of its
   // saves (case E over its remote link, case F by the direct path).
   double modeled_disk_load_rate() const;

@@ -155,8 +155,8 @@ NvmeTcpDevice::~NvmeTcpDevice() {
     std::unique_lock lk(async_mu_);
     async_cv_.wait(lk, [&] { return async_in_flight_ == 0; });
   }
-  // Requests that callbacks issued meanwhile are refused the async way now
-  // (stopping_) and go to the submitters, which fail them fast.
+  // Requests that callbacks issue from here on fail at once (send() checks
+  // stopping_); those already handed to the dispatcher were counted above.
   dispatcher_.reset();
   submitters_.reset();
   if (keepalive_.joinable()) keepalive_.join();
@@ -458,9 +458,7 @@ class PieceJoin {
 void NvmeTcpDevice::split_into_commands(
     uint64_t bytes, std::function<void(blk::DeviceStats&)> count, blk::IoCallback cb,
     const std::function<void(uint64_t, uint64_t, blk::IoCallback)>& send_piece) {
-  blk::IoCallback done = [this, count = std::move(count), cb = std::move(cb)](Status st) {
-    finish(st, count, cb);
-  };
+  blk::IoCallback done = finishing(std::move(count), std::move(cb));
   const uint64_t piece = max_transfer_.load(std::memory_order_relaxed);
   if (bytes <= piece) return send_piece(0, bytes, std::move(done));
   auto join = std::make_shared<PieceJoin>((bytes + piece - 1) / piece, std::move(done));
@@ -515,8 +513,17 @@ void NvmeTcpDevice::send(std::unique_ptr<Command> cmd, blk::IoCallback done,
     return;
   }
   if (try_async(cmd, done, blocking, sent_async)) return;
+  post_blocking(std::move(done), std::move(blocking));
+}
+
+void NvmeTcpDevice::post_blocking(blk::IoCallback done, std::function<Status()> blocking) {
   blocking_requests_.fetch_add(1, std::memory_order_relaxed);
   submitters_->post([done = std::move(done), blocking = std::move(blocking)] { done(blocking()); });
+}
+
+blk::IoCallback NvmeTcpDevice::finishing(std::function<void(blk::DeviceStats&)> count,
+                                         blk::IoCallback cb) {
+  return [this, count = std::move(count), cb = std::move(cb)](Status st) { finish(st, count, cb); };
 }
 
 void NvmeTcpDevice::readv(uint64_t offset, std::span<const MutableByteView> parts,
@@ -537,11 +544,8 @@ void NvmeTcpDevice::readv(uint64_t offset, std::span<const MutableByteView> part
   std::vector<MutableByteView> owned(parts.begin(), parts.end());
   auto cmd = std::make_unique<Command>();
   fill_readv(*cmd, offset, owned);
-  blk::IoCallback done = [this, total, cb = std::move(cb)](Status st) {
-    finish(st, counts_read(total), cb);
-  };
   send(
-      std::move(cmd), std::move(done),
+      std::move(cmd), finishing(counts_read(total), std::move(cb)),
       [this, offset, owned = std::move(owned)] { return readv_blocking(offset, owned); },
       &async_reads_);
 }
@@ -673,25 +677,19 @@ void NvmeTcpDevice::flush(blk::IoCallback cb) {
   auto counts_flush = [](blk::DeviceStats& s) { s.flushes++; };
   auto cmd = std::make_unique<Command>();
   cmd->sqe = make_sqe(0x00, opt_.nsid, 0);
-  blk::IoCallback done = [this, counts_flush, cb = std::move(cb)](Status st) {
-    finish(st, counts_flush, cb);
-  };
   send(
-      std::move(cmd), std::move(done), [this] { return flush_blocking(); }, nullptr);
+      std::move(cmd), finishing(counts_flush, std::move(cb)), [this] { return flush_blocking(); },
+      nullptr);
 }
 
 void NvmeTcpDevice::trim(uint64_t offset, uint64_t length, blk::IoCallback cb) {
   Status st = check_io(offset, length, nullptr);
   if (!st.ok()) return finish(st, nullptr, cb);
   auto counts_trim = [](blk::DeviceStats& s) { s.trims++; };
-  blk::IoCallback done = [this, counts_trim, cb = std::move(cb)](Status st) {
-    finish(st, counts_trim, cb);
-  };
+  blk::IoCallback done = finishing(counts_trim, std::move(cb));
   auto blocking = [this, offset, length] { return trim_blocking(offset, length); };
   if (length / block_size_ > 0xFFFFFFFFu) {  // more than one command: the blocking way
-    blocking_requests_.fetch_add(1, std::memory_order_relaxed);
-    submitters_->post([done = std::move(done), blocking] { done(blocking()); });
-    return;
+    return post_blocking(std::move(done), blocking);
   }
   auto cmd = std::make_unique<Command>();
   fill_trim(*cmd, offset, length / block_size_);

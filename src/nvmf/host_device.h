@@ -170,6 +170,10 @@ class NvmeTcpDevice : public blk::BlockDevice {
   // issued on a receiver thread is handed to the dispatcher first.
   void send(std::unique_ptr<Command> cmd, blk::IoCallback done, std::function<Status()> blocking,
             std::atomic<uint64_t>* sent_async);
+  // Runs `blocking` on a submitter, then `done` with its outcome.
+  void post_blocking(blk::IoCallback done, std::function<Status()> blocking);
+  // The callback that finishes a request: finish(st, count, cb).
+  blk::IoCallback finishing(std::function<void(blk::DeviceStats&)> count, blk::IoCallback cb);
   void end_async();  // one command sent by try_async is done
   // One command's SQE and buffers: a Read of `dst` (or of `parts`, in
   // order), a Write of `src` (in the capsule when it fits), a Dataset

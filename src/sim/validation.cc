@@ -23,8 +23,7 @@ bench::StudyOptions simulated(const bench::StudyOptions& tb, const bench::CaseRe
   bench::StudyOptions s = tb;
   s.profile.stored_kv_bytes_per_token = kStoredBytesPerToken;
   s.store_charge_scale = 0;
-  s.modeled_store = measured_store_rates(
-      measured, tb.store_charge_scale > 0 ? tb.store_charge_scale : tb.profile.byte_scale());
+  s.modeled_store = measured_store_rates(measured, tb.charge_scale());
   // The simulator charges the prefill-to-decode transfer at the profile's
   // link rate; only a testbed run that did the same is comparable.
   s.pd_transfer = bench::PdTransferMode::kModeled;
