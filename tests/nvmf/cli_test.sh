@@ -26,7 +26,7 @@ cat > "$work/config.json" <<JSON
 JSON
 "$kvtier" nvmf serve --config "$work/config.json" > "$work/serve.out" 2> "$work/serve.err" &
 serve_pid=$!
-for _ in $(seq 100); do
+for _ in $(seq 1200); do  # the target's READY, up to 120 s on a busy machine
   grep -q '^READY ' "$work/serve.out" && break
   kill -0 "$serve_pid" 2>/dev/null || { cat "$work/serve.err"; echo "target died"; exit 1; }
   sleep 0.1
