@@ -376,9 +376,10 @@ void NvmeTcpDevice::Queue::send_loop() {
 Status NvmeTcpDevice::Queue::receive_all() {
   uint8_t hdr[kShortHlen + kDigestSize];
   for (;;) {
-    // Idle queues must not trip SO_RCVTIMEO: wait for a header with poll.
+    // Idle queues must not trip SO_RCVTIMEO: wait for a header with poll,
+    // unless the last receive brought one along already.
     pollfd p{stream_.fd(), POLLIN, 0};
-    const int pr = ::poll(&p, 1, 200);
+    const int pr = stream_.buffered() > 0 ? 1 : ::poll(&p, 1, 200);
     if (closing_) return Status::unavailable("nvmf host: queue closed");
     if (Clock::now() >= next_overdue_check_) {
       next_overdue_check_ = Clock::now() + std::chrono::milliseconds(50);
@@ -470,6 +471,7 @@ Status NvmeTcpDevice::Queue::handshake() {
   }
   maxh2cdata_ = resp->maxh2cdata;
   lim_.max_data = std::max<uint32_t>(lim_.max_data, resp->maxh2cdata);
+  stream_.buffer_reads(kQueueReadBufferBytes);
   return Status::ok_status();
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "common/log.h"
 #include "nvmf/admin_pages.h"
@@ -102,6 +103,8 @@ Status QueueConnection::handshake() {
   iovec iov{h.data(), n};
   KVTIER_RETURN_IF_ERROR(send_pdu(&iov, 1));
   connect_deadline_ns_ = monotonic_ns() + handshake_ns;  // Connect comes next
+  // Only now: a connection that never sends its ICReq holds no buffer.
+  stream_.buffer_reads(kQueueReadBufferBytes);
   return Status::ok_status();
 }
 
@@ -168,22 +171,39 @@ Status QueueConnection::run_loop() {
       KVTIER_RETURN_IF_ERROR(receive_h2c(*l, hdr));
       continue;
     }
-    data.resize(l->data_len);
+    // An I/O queue's in-capsule data (a write's, bounded by the PDU's
+    // checks) goes into a pooled buffer the device can take as it is; the
+    // admin queue's (Connect, authentication) into a vector.
+    uint8_t* dst = nullptr;
+    if (qid_ != 0 && l->ch.type == PduType::kCapsuleCmd && l->data_len > 0) {
+      capsule_buf_ = acquire_buffer(l->data_len);
+      dst = reinterpret_cast<uint8_t*>(bufs_[capsule_buf_]->data());
+    } else {
+      data.resize(l->data_len);
+      dst = data.data();
+    }
+    const CapsuleData received(dst, l->data_len);
     bool ddgst_ok = true;
+    Status st;
     if (l->data_len) {
-      KVTIER_RETURN_IF_ERROR(stream_.read_exact(data.data(), data.size()));
-      if (l->has_ddgst) {
+      st = stream_.read_exact(dst, l->data_len);
+      if (st.ok() && l->has_ddgst) {
         uint8_t d[4];
-        KVTIER_RETURN_IF_ERROR(stream_.read_exact(d, 4));
-        ddgst_ok = get32(d) == digest(as_bytes_view(data.data(), data.size()));
+        st = stream_.read_exact(d, 4);
+        ddgst_ok = get32(d) == digest(as_bytes_view(dst, l->data_len));
       }
     }
-    KVTIER_RETURN_IF_ERROR(serve_pdu(*l, hdr, data, ddgst_ok));
+    if (st.ok()) st = serve_pdu(*l, hdr, received, ddgst_ok);
+    if (capsule_buf_ != kNoBuffer) {  // not taken by a write
+      release_buffer(capsule_buf_);
+      capsule_buf_ = kNoBuffer;
+    }
+    KVTIER_RETURN_IF_ERROR(st);
   }
 }
 
-Status QueueConnection::serve_pdu(const PduLayout& l, const uint8_t* hdr,
-                                  std::vector<uint8_t>& data, bool ddgst_ok) {
+Status QueueConnection::serve_pdu(const PduLayout& l, const uint8_t* hdr, CapsuleData data,
+                                  bool ddgst_ok) {
   const ByteView h = as_bytes_view(hdr, l.ch.hlen);
   switch (l.ch.type) {
     case PduType::kH2CTermReq:
@@ -203,7 +223,7 @@ Status QueueConnection::serve_pdu(const PduLayout& l, const uint8_t* hdr,
   }
 }
 
-Status QueueConnection::handle_capsule(const Sqe& sqe, std::vector<uint8_t>& data, bool ddgst_ok) {
+Status QueueConnection::handle_capsule(const Sqe& sqe, CapsuleData data, bool ddgst_ok) {
   const uint16_t cid = cid_of(sqe);
   if (sq_size_) sq_head_.store(uint16_t((sq_head_.load() + 1) % sq_size_));
   if (ctrl_) ctrl_->last_keepalive_ns = monotonic_ns();
@@ -232,8 +252,7 @@ Status QueueConnection::handle_capsule(const Sqe& sqe, std::vector<uint8_t>& dat
   return qid_ == 0 ? admin(sqe, data) : io(sqe, data);
 }
 
-QueueConnection::Completion QueueConnection::fabrics(const Sqe& sqe,
-                                                     const std::vector<uint8_t>& data) {
+QueueConnection::Completion QueueConnection::fabrics(const Sqe& sqe, CapsuleData data) {
   const uint8_t fctype = sqe[4];
   if (fctype == 0x01) return connect(sqe, data);
   if (!connected_) return {kScSequenceError};
@@ -275,8 +294,7 @@ QueueConnection::Completion QueueConnection::fabrics(const Sqe& sqe,
   return {kScSuccess};
 }
 
-QueueConnection::Completion QueueConnection::connect(const Sqe& sqe,
-                                                     const std::vector<uint8_t>& data) {
+QueueConnection::Completion QueueConnection::connect(const Sqe& sqe, CapsuleData data) {
   if (connected_) return {kScSequenceError};
   if (data.size() != kConnectDataSize) return {kScSglLengthInvalid};
   const uint16_t recfmt = get16(sqe.data() + 40);
@@ -356,7 +374,7 @@ uint32_t QueueConnection::require_authentication(const std::string& subnqn,
   return dhchap::kConnectAtr;
 }
 
-Status QueueConnection::authentication(const Sqe& sqe, const std::vector<uint8_t>& data) {
+Status QueueConnection::authentication(const Sqe& sqe, CapsuleData data) {
   const uint16_t cid = cid_of(sqe);
   if (!connected_) return complete(cid, {kScSequenceError});
   if (!auth_) return complete(cid, {kScInvalidField});  // this host needs no authentication
@@ -434,7 +452,7 @@ QueueConnection::Completion QueueConnection::set_features(const Sqe& sqe) {
   }
 }
 
-Status QueueConnection::admin(const Sqe& sqe, const std::vector<uint8_t>& data) {
+Status QueueConnection::admin(const Sqe& sqe, CapsuleData data) {
   const uint16_t cid = cid_of(sqe);
   const uint8_t opc = sqe[0];
   const uint32_t nsid = dw(sqe, 1);
@@ -504,8 +522,8 @@ Status QueueConnection::admin(const Sqe& sqe, const std::vector<uint8_t>& data) 
   }
 }
 
-Status QueueConnection::read_or_write(blk::BlockDevice& dev, const Sqe& sqe,
-                                      std::vector<uint8_t>& data, uint32_t nsid) {
+Status QueueConnection::read_or_write(blk::BlockDevice& dev, const Sqe& sqe, CapsuleData data,
+                                      uint32_t nsid) {
   const uint16_t cid = cid_of(sqe);
   const uint8_t opc = sqe[0];
   const uint32_t bs = dev.block_size();
@@ -536,8 +554,12 @@ Status QueueConnection::read_or_write(blk::BlockDevice& dev, const Sqe& sqe,
   }
   if (!data.empty()) {  // in-capsule write
     if (!begin_io()) return complete(cid, {kScInternal});
-    const uint32_t b = acquire_buffer(bytes);
-    std::memcpy(bufs_[b]->data(), data.data(), bytes);
+    // The data is in a pooled buffer already (run_loop): the write takes it.
+    uint32_t b = std::exchange(capsule_buf_, kNoBuffer);
+    if (b == kNoBuffer) {
+      b = acquire_buffer(bytes);
+      std::memcpy(bufs_[b]->data(), data.data(), bytes);
+    }
     submit_write(dev, cid, slba * bs, b, uint32_t(bytes));
     return Status::ok_status();
   }
@@ -563,8 +585,7 @@ Status QueueConnection::read_or_write(blk::BlockDevice& dev, const Sqe& sqe,
   return send_r2t(cid, ttag, 0, uint32_t(bytes));
 }
 
-Status QueueConnection::deallocate(blk::BlockDevice& dev, const Sqe& sqe,
-                                   const std::vector<uint8_t>& data) {
+Status QueueConnection::deallocate(blk::BlockDevice& dev, const Sqe& sqe, CapsuleData data) {
   const uint16_t cid = cid_of(sqe);
   const uint32_t bs = dev.block_size();
   const uint64_t blocks = dev.capacity() / bs;
@@ -581,7 +602,7 @@ Status QueueConnection::deallocate(blk::BlockDevice& dev, const Sqe& sqe,
   return complete(cid, {kScSuccess});
 }
 
-Status QueueConnection::io(const Sqe& sqe, std::vector<uint8_t>& data) {
+Status QueueConnection::io(const Sqe& sqe, CapsuleData data) {
   const uint16_t cid = cid_of(sqe);
   const uint8_t opc = sqe[0];
   const uint32_t nsid = dw(sqe, 1);

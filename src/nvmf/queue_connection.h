@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -49,7 +50,19 @@ class PduStream {
   virtual void shutdown() = 0;  // unblocks a pending read from another thread
   // Reads fail with kTimeout after this monotonic_ns() instant; 0: no deadline.
   virtual void set_read_deadline(int64_t deadline_ns) { (void)deadline_ns; }
+  // From now on, reads may take up to `bytes` more than asked from the
+  // transport and keep them for the next read (fewer system calls when
+  // PDUs are small). Called once the connection is established.
+  virtual void buffer_reads(size_t bytes) { (void)bytes; }
 };
+
+// The read buffer of an established queue (PduStream::buffer_reads): room
+// for a few 4 KiB data PDUs or hundreds of CQEs per receive; per connection,
+// so small beside the target's cap on connections.
+inline constexpr size_t kQueueReadBufferBytes = 16 << 10;
+
+// A capsule's in-capsule data, wherever it was received.
+using CapsuleData = std::span<const uint8_t>;
 
 class QueueConnection : public Closable {
  public:
@@ -99,24 +112,22 @@ class QueueConnection : public Closable {
   // Submits a write of buffer `buf` and completes `cid` when it is done.
   void submit_write(blk::BlockDevice& dev, uint16_t cid, uint64_t offset, uint32_t buf,
                     uint32_t length);
-  Status serve_pdu(const PduLayout& l, const uint8_t* hdr, std::vector<uint8_t>& data,
-                   bool data_digest_ok);
-  Status handle_capsule(const Sqe& sqe, std::vector<uint8_t>& data, bool data_digest_ok);
-  Completion fabrics(const Sqe& sqe, const std::vector<uint8_t>& data);
-  Completion connect(const Sqe& sqe, const std::vector<uint8_t>& data);
+  Status serve_pdu(const PduLayout& l, const uint8_t* hdr, CapsuleData data, bool data_digest_ok);
+  Status handle_capsule(const Sqe& sqe, CapsuleData data, bool data_digest_ok);
+  Completion fabrics(const Sqe& sqe, CapsuleData data);
+  Completion connect(const Sqe& sqe, CapsuleData data);
   // Authentication Send and Receive (DH-HMAC-CHAP, auth_target.h); a failed
   // transaction ends the connection after its Failure1.
-  Status authentication(const Sqe& sqe, const std::vector<uint8_t>& data);
+  Status authentication(const Sqe& sqe, CapsuleData data);
   // Sets up authentication for a host that must authenticate; returns the
   // ATR bit for the Connect's answer.
   uint32_t require_authentication(const std::string& subnqn, const std::string& hostnqn);
-  Status admin(const Sqe& sqe, const std::vector<uint8_t>& data);
-  Status io(const Sqe& sqe, std::vector<uint8_t>& data);
+  Status admin(const Sqe& sqe, CapsuleData data);
+  Status io(const Sqe& sqe, CapsuleData data);
   // io's commands: Read, Write and Write Zeroes on namespace `nsid`, and
   // Dataset Management (deallocate).
-  Status read_or_write(blk::BlockDevice& dev, const Sqe& sqe, std::vector<uint8_t>& data,
-                       uint32_t nsid);
-  Status deallocate(blk::BlockDevice& dev, const Sqe& sqe, const std::vector<uint8_t>& data);
+  Status read_or_write(blk::BlockDevice& dev, const Sqe& sqe, CapsuleData data, uint32_t nsid);
+  Status deallocate(blk::BlockDevice& dev, const Sqe& sqe, CapsuleData data);
   Completion get_features(const Sqe& sqe);
   Completion set_features(const Sqe& sqe);
 
@@ -160,6 +171,11 @@ class QueueConnection : public Closable {
   uint32_t in_flight_ = 0;
   std::vector<std::unique_ptr<AlignedBuffer>> bufs_;
   std::vector<uint32_t> free_bufs_;
+  // I/O queues: the pooled buffer that the current capsule's data was
+  // received into (kNoBuffer: none, or its data is in run_loop's vector). An
+  // in-capsule write takes it for the device as it is, without a copy;
+  // run_loop releases it if nothing did. Receiving thread only.
+  uint32_t capsule_buf_ = kNoBuffer;
   // Async Event Requests held on the admin queue (no event is ever raised):
   // completed with ABORT REQUESTED when the host aborts them, dropped with the
   // connection at teardown.

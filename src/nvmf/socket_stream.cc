@@ -20,24 +20,56 @@ SocketStream::~SocketStream() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+void SocketStream::buffer_reads(size_t bytes) {
+  if (read_buf_ || bytes == 0) return;
+  read_buf_ = std::make_unique<uint8_t[]>(bytes);
+  read_cap_ = bytes;
+}
+
+Status SocketStream::wait_readable() {
+  for (;;) {
+    if (!read_deadline_ns_) return Status::ok_status();
+    const int64_t left_ms = (read_deadline_ns_ - monotonic_ns() + 999'999) / 1'000'000;
+    pollfd pfd{fd_, POLLIN, 0};
+    const int ready = left_ms > 0 ? ::poll(&pfd, 1, int(std::min<int64_t>(left_ms, 1 << 30))) : 0;
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) return Status::timeout("nvme-tcp: the host's PDU did not arrive in time");
+    return Status::ok_status();
+  }
+}
+
 Status SocketStream::read_exact(void* buf, size_t n) {
   auto* p = static_cast<uint8_t*>(buf);
   while (n > 0) {
-    if (read_deadline_ns_) {
-      const int64_t left_ms = (read_deadline_ns_ - monotonic_ns() + 999'999) / 1'000'000;
-      pollfd pfd{fd_, POLLIN, 0};
-      const int ready = left_ms > 0 ? ::poll(&pfd, 1, int(std::min<int64_t>(left_ms, 1 << 30))) : 0;
-      if (ready < 0 && errno == EINTR) continue;
-      if (ready == 0) return Status::timeout("nvme-tcp: the host's PDU did not arrive in time");
+    if (read_at_ < read_end_) {  // what an earlier receive brought along
+      const size_t take = std::min(n, read_end_ - read_at_);
+      std::memcpy(p, read_buf_.get() + read_at_, take);
+      read_at_ += take;
+      p += take;
+      n -= take;
+      continue;
     }
-    const ssize_t r = ::recv(fd_, p, n, 0);
+    KVTIER_RETURN_IF_ERROR(wait_readable());
+    // The bytes asked for first, then whatever follows them into the buffer.
+    iovec iov[2] = {{p, n}, {read_buf_.get(), read_cap_}};
+    msghdr m{};
+    m.msg_iov = iov;
+    m.msg_iovlen = read_cap_ ? 2 : 1;
+    const ssize_t r = ::recvmsg(fd_, &m, 0);
     if (r == 0) return Status::unavailable("nvme-tcp: peer closed the connection");
     if (r < 0) {
       if (errno == EINTR) continue;
       return Status::unavailable(std::string("nvme-tcp: recv: ") + strerror(errno));
     }
-    p += r;
-    n -= size_t(r);
+    const size_t got = size_t(r);
+    if (got <= n) {
+      p += got;
+      n -= got;
+    } else {
+      read_at_ = 0;
+      read_end_ = got - n;
+      n = 0;
+    }
   }
   return Status::ok_status();
 }

@@ -22,7 +22,9 @@ void add_nvmf_bench(CLI::App& app) {
       "nvmf",
       "kvtier NVMe/TCP host -> kvtier target over loopback on a RAM namespace: 128 KiB "
       "sequential read/write at --qd vs a single-stream iperf3 run in the same command "
-      "(bar 0.7), 4 KiB random-read IOPS, CPU seconds per GB; then a slow reader: another "
+      "(bar 0.85 with --io-queues 1), 4 KiB random-read IOPS, CPU seconds per GB, each from "
+      "--qd waiting threads and from one thread with --qd asynchronous requests in flight "
+      "(async_* keys); then a slow reader: another "
       "host's 128 KiB reads on a file volume beside a host that stopped reading with 128 reads "
       "in flight, as a ratio of their rate alone (bar 0.8), and the time until the target drops "
       "the stalled host");
