@@ -54,6 +54,12 @@ class PduStream {
   // transport and keep them for the next read (fewer system calls when
   // PDUs are small). Called once the connection is established.
   virtual void buffer_reads(size_t bytes) { (void)bytes; }
+  // Bytes received and not yet read (see buffer_reads).
+  virtual size_t buffered() const { return 0; }
+  // As write_all, for a PDU that others will follow at once (its thread has
+  // more PDUs to serve): the transport may hold it back to go out with
+  // them, until the next write_all, or until a read has to wait.
+  virtual Status write_more(const iovec* iov, int count) { return write_all(iov, count); }
 };
 
 // The read buffer of an established queue (PduStream::buffer_reads): room

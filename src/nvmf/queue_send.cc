@@ -13,6 +13,9 @@ namespace kvtier::nvmf {
 namespace {
 constexpr uint16_t kScSuccess = 0x000;
 constexpr uint16_t kScInternal = 0x006;
+// The largest PDU that send_pdu lets wait for the next (a 4 KiB read's
+// C2HData with its header, or any CQE).
+constexpr size_t kHeldPduMaxBytes = 8 << 10;
 }  // namespace
 
 Status QueueConnection::send_pdu(const iovec* iov, int count) {
@@ -20,7 +23,15 @@ Status QueueConnection::send_pdu(const iovec* iov, int count) {
   {
     std::lock_guard lk(send_mu_);
     if (send_stalled_) return Status::unavailable("nvme-tcp: connection cut off");
-    st = stream_.write_all(iov, count);
+    // The receiving thread with another PDU already received goes on to
+    // serve it: a small PDU may wait to leave with that one's answer. A
+    // large one fills its segments anyway, and holding its tail back would
+    // only delay its command's completion.
+    size_t bytes = 0;
+    for (int i = 0; i < count; ++i) bytes += iov[i].iov_len;
+    const bool more = bytes <= kHeldPduMaxBytes && std::this_thread::get_id() == receiver_ &&
+                      stream_.buffered() >= kCommonHeaderSize;
+    st = more ? stream_.write_more(iov, count) : stream_.write_all(iov, count);
     if (st.code() == StatusCode::kTimeout) send_stalled_ = true;
   }
   if (st.code() == StatusCode::kTimeout) {

@@ -49,6 +49,8 @@ Status SocketStream::read_exact(void* buf, size_t n) {
       n -= take;
       continue;
     }
+    // Nothing is left to serve before this wait: what was held goes now.
+    push_held();
     KVTIER_RETURN_IF_ERROR(wait_readable());
     // The bytes asked for first, then whatever follows them into the buffer.
     iovec iov[2] = {{p, n}, {read_buf_.get(), read_cap_}};
@@ -74,7 +76,24 @@ Status SocketStream::read_exact(void* buf, size_t n) {
   return Status::ok_status();
 }
 
-Status SocketStream::write_all(const iovec* iov_in, int count) {
+Status SocketStream::write_all(const iovec* iov, int count) {
+  Status st = send_pdu(iov, count, MSG_NOSIGNAL);
+  held_.store(false, std::memory_order_relaxed);  // this send pushed what was held
+  return st;
+}
+
+Status SocketStream::write_more(const iovec* iov, int count) {
+  held_.store(true, std::memory_order_relaxed);
+  return send_pdu(iov, count, MSG_NOSIGNAL | MSG_MORE);
+}
+
+void SocketStream::push_held() {
+  if (!held_.exchange(false, std::memory_order_relaxed)) return;
+  int one = 1;
+  setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+Status SocketStream::send_pdu(const iovec* iov_in, int count, int flags) {
   std::vector<iovec> iov(iov_in, iov_in + count);
   const int64_t give_up_ns = send_timeout_ns_ > 0 ? monotonic_ns() + send_timeout_ns_ : 0;
   size_t i = 0;
@@ -87,7 +106,7 @@ Status SocketStream::write_all(const iovec* iov_in, int count) {
     msghdr m{};
     m.msg_iov = &iov[i];
     m.msg_iovlen = iov.size() - i;
-    const ssize_t w = ::sendmsg(fd_, &m, MSG_NOSIGNAL);
+    const ssize_t w = ::sendmsg(fd_, &m, flags);
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {

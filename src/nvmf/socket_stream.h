@@ -2,6 +2,7 @@
 // reads and writes; shutdown() may come from any thread.
 #pragma once
 
+#include <atomic>
 #include <memory>
 
 #include "nvmf/queue_connection.h"
@@ -26,6 +27,11 @@ class SocketStream : public PduStream {
   // (a receive buffer the kernel trims and reopens by a few bytes) would
   // otherwise restart the socket's timeout with each byte it takes.
   Status write_all(const iovec* iov, int count) override;
+  // With MSG_MORE: the kernel holds a partial segment back, so a run of
+  // small PDUs (C2HData of 4 KiB reads, CQEs) leaves as full segments, one
+  // push and one wake-up of the peer instead of one each. Whatever is held
+  // goes out with the next write_all, or before a read_exact waits.
+  Status write_more(const iovec* iov, int count) override;
   void set_send_timeout(uint32_t ms) { send_timeout_ns_ = int64_t(ms) * 1000000; }
   void shutdown() override;
   void set_read_deadline(int64_t deadline_ns) override { read_deadline_ns_ = deadline_ns; }
@@ -33,17 +39,21 @@ class SocketStream : public PduStream {
   int fd() const { return fd_; }
   // Bytes received and not yet read: a reader that polls the socket before
   // reading must not wait while this is non-zero.
-  size_t buffered() const { return read_end_ - read_at_; }
+  size_t buffered() const override { return read_end_ - read_at_; }
 
  private:
   // Waits for the socket to be readable within the read deadline.
   Status wait_readable();
+  Status send_pdu(const iovec* iov, int count, int flags);
+  // Sends what write_more left held back (setting TCP_NODELAY pushes it).
+  void push_held();
 
   int fd_;
   std::unique_ptr<uint8_t[]> read_buf_;  // owning thread only
   size_t read_cap_ = 0, read_at_ = 0, read_end_ = 0;
-  int64_t read_deadline_ns_ = 0;  // owning thread only
-  int64_t send_timeout_ns_ = 0;   // 0: only the socket's own timeout
+  int64_t read_deadline_ns_ = 0;   // owning thread only
+  int64_t send_timeout_ns_ = 0;    // 0: only the socket's own timeout
+  std::atomic<bool> held_{false};  // write_more sent since the last push
 };
 
 // Sets TCP_NODELAY, as an NVMe/TCP queue wants.

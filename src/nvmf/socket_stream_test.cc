@@ -5,6 +5,9 @@
 #include "nvmf/socket_stream.h"
 
 #include <gtest/gtest.h>
+#include <linux/sockios.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -110,6 +113,87 @@ TEST(SocketStream, APeerThatClosesEndsTheReadAfterWhatItSent) {
   ASSERT_TRUE(p.reader->read_exact(got, sizeof got).ok());
   // Four bytes are left: a read of eight gets them and then the close.
   EXPECT_EQ(p.reader->read_exact(got, sizeof got).code(), StatusCode::kUnavailable);
+}
+
+// A TCP connection over loopback: PDUs sent with write_more may be held
+// back by the kernel until the stream next has to wait for the peer.
+struct TcpPair {
+  TcpPair() {
+    const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    EXPECT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(listener, 1), 0);
+    EXPECT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    const int client = ::socket(AF_INET, SOCK_STREAM, 0);
+    EXPECT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const int server = ::accept(listener, nullptr, nullptr);
+    ::close(listener);
+    tune_socket(client);
+    tune_socket(server);
+    a_ = std::make_unique<SocketStream>(client);
+    b_ = std::make_unique<SocketStream>(server);
+  }
+  std::unique_ptr<SocketStream> a_, b_;
+};
+
+Status send_bytes(SocketStream& s, const std::vector<uint8_t>& v, bool more) {
+  iovec iov{const_cast<uint8_t*>(v.data()), v.size()};
+  return more ? s.write_more(&iov, 1) : s.write_all(&iov, 1);
+}
+
+// Small PDUs sent with write_more, then a read that must wait for the
+// peer's answer to them: the held bytes go out before the wait (or the two
+// sides would wait for each other), and everything arrives in order.
+TEST(SocketStream, HeldPdusGoOutBeforeTheStreamWaitsToRead) {
+  TcpPair p;
+  p.a_->buffer_reads(4096);
+  p.b_->buffer_reads(4096);
+  for (int round = 0; round < 50; ++round) {
+    const auto x = counting(24, uint8_t(round)), y = counting(4120, uint8_t(round + 1));
+    std::thread peer([&] {
+      std::vector<uint8_t> got(x.size() + y.size());
+      ASSERT_TRUE(p.b_->read_exact(got.data(), got.size()).ok());
+      std::vector<uint8_t> want = x;
+      want.insert(want.end(), y.begin(), y.end());
+      EXPECT_EQ(got, want);
+      ASSERT_TRUE(send_bytes(*p.b_, counting(8, uint8_t(round)), false).ok());
+    });
+    ASSERT_TRUE(send_bytes(*p.a_, x, true).ok());
+    ASSERT_TRUE(send_bytes(*p.a_, y, true).ok());
+    std::vector<uint8_t> answer(8);
+    ASSERT_TRUE(p.a_->read_exact(answer.data(), answer.size()).ok());
+    EXPECT_EQ(answer, counting(8, uint8_t(round)));
+    peer.join();
+  }
+}
+
+// Bytes in the socket's send queue that the kernel has not sent yet.
+int unsent(const SocketStream& s) {
+  int n = -1;
+  EXPECT_EQ(::ioctl(s.fd(), SIOCOUTQNSD, &n), 0);
+  return n;
+}
+
+// Without a peer's help: write_more leaves a small PDU in the kernel, and a
+// read that would wait (here its deadline has passed, so it gives up at
+// once) first sends it; write_all sends what was held with its own bytes.
+TEST(SocketStream, WriteMoreIsHeldUntilAReadWouldWaitOrAWriteAll) {
+  TcpPair p;
+  p.a_->buffer_reads(4096);
+  ASSERT_TRUE(send_bytes(*p.a_, counting(24, 0), true).ok());
+  EXPECT_GT(unsent(*p.a_), 0);
+  p.a_->set_read_deadline(monotonic_ns() - 1);
+  uint8_t got;
+  EXPECT_EQ(p.a_->read_exact(&got, 1).code(), StatusCode::kTimeout);
+  EXPECT_EQ(unsent(*p.a_), 0);
+
+  ASSERT_TRUE(send_bytes(*p.a_, counting(24, 0), true).ok());
+  EXPECT_GT(unsent(*p.a_), 0);
+  ASSERT_TRUE(send_bytes(*p.a_, counting(24, 0), false).ok());
+  EXPECT_EQ(unsent(*p.a_), 0);
 }
 
 }  // namespace
