@@ -35,6 +35,9 @@ class FuzzStream : public PduStream {
     return closed_ ? Status::unavailable("closed") : Status::ok_status();
   }
   void shutdown() override { closed_ = true; }
+  // What is left of the input counts as received, so the target's sends
+  // take their held (write_more) path as they would with a real socket.
+  size_t buffered() const override { return n_ - pos_; }
 
  private:
   const uint8_t* d_;

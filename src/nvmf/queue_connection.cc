@@ -111,6 +111,9 @@ Status QueueConnection::handshake() {
 Status QueueConnection::run() {
   receiver_ = std::this_thread::get_id();
   Status st = run_loop();
+  // A last answer (an authentication's Failure1) may be held: it goes out
+  // before the connection is torn down.
+  stream_.push();
   count_end(st);
   // Writes still waiting for their data never get it; commands in the device
   // call back into this object: wait for them, and for their sends.
@@ -190,7 +193,7 @@ Status QueueConnection::run_loop() {
       if (st.ok() && l->has_ddgst) {
         uint8_t d[4];
         st = stream_.read_exact(d, 4);
-        ddgst_ok = get32(d) == digest(as_bytes_view(dst, l->data_len));
+        if (st.ok()) ddgst_ok = get32(d) == digest(as_bytes_view(dst, l->data_len));
       }
     }
     if (st.ok()) st = serve_pdu(*l, hdr, received, ddgst_ok);
@@ -592,6 +595,8 @@ Status QueueConnection::deallocate(blk::BlockDevice& dev, const Sqe& sqe, Capsul
   const uint32_t nr = (dw(sqe, 10) & 0xFF) + 1;
   if (data.size() < nr * 16u) return complete(cid, {kScSglLengthInvalid});
   if (!(dw(sqe, 11) & 0x4)) return complete(cid, {kScSuccess});  // hints only
+  // The trims block this thread: nothing it answered may wait meanwhile.
+  stream_.push();
   for (uint32_t i = 0; i < nr; ++i) {
     const uint8_t* r = data.data() + 16 * i;
     const uint64_t nlb = get32(r + 4), slba = get64(r + 8);
@@ -609,6 +614,7 @@ Status QueueConnection::io(const Sqe& sqe, CapsuleData data) {
   const Subsystem* sub = ctrl_->subsystem;
   if (!sub) return complete(cid, {kScInvalidOpcode});
   if (opc == 0x00 && nsid == 0xFFFFFFFF) {  // Flush of every namespace
+    stream_.push();  // the flushes block this thread: send what is held first
     for (auto& d : sub->config.namespaces) {
       if (!d->flush_sync().ok()) return complete(cid, {kScInternal});
     }

@@ -60,6 +60,9 @@ class PduStream {
   // more PDUs to serve): the transport may hold it back to go out with
   // them, until the next write_all, or until a read has to wait.
   virtual Status write_more(const iovec* iov, int count) { return write_all(iov, count); }
+  // Sends now whatever write_more left held. The writing thread calls it
+  // before it blocks anywhere but in read_exact (which pushes by itself).
+  virtual void push() {}
 };
 
 // The read buffer of an established queue (PduStream::buffer_reads): room

@@ -32,6 +32,7 @@ class SocketStream : public PduStream {
   // push and one wake-up of the peer instead of one each. Whatever is held
   // goes out with the next write_all, or before a read_exact waits.
   Status write_more(const iovec* iov, int count) override;
+  void push() override { push_held(); }
   void set_send_timeout(uint32_t ms) { send_timeout_ns_ = int64_t(ms) * 1000000; }
   void shutdown() override;
   void set_read_deadline(int64_t deadline_ns) override { read_deadline_ns_ = deadline_ns; }
