@@ -69,6 +69,17 @@ struct Run {
   double cpu_s_per_gb = 0;
 };
 
+// The rates of `bytes` in `ops` requests since `t0`, and the process's CPU
+// seconds per GB since `cpu0`.
+Run rates_since(uint64_t bytes, uint64_t ops, Clock::time_point t0, double cpu0) {
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  Run r;
+  r.bytes_per_s = bytes / s;
+  r.iops = ops / s;
+  r.cpu_s_per_gb = bytes ? (cpu_seconds() - cpu0) / (bytes / 1e9) : 0;
+  return r;
+}
+
 // `qd` threads, each issuing `io` bytes at a time, sequential within its own
 // stripe of the namespace (random offsets when `random`).
 Run measure(nvmf::NvmeTcpDevice& dev, bool write, uint32_t io, uint32_t qd, double seconds,
@@ -101,12 +112,7 @@ Run measure(nvmf::NvmeTcpDevice& dev, bool write, uint32_t io, uint32_t qd, doub
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   stop = true;
   for (auto& th : threads) th.join();
-  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-  Run r;
-  r.bytes_per_s = bytes / s;
-  r.iops = ops / s;
-  r.cpu_s_per_gb = bytes ? (cpu_seconds() - cpu0) / (bytes / 1e9) : 0;
-  return r;
+  return rates_since(bytes, ops, t0, cpu0);
 }
 
 // Requests of `io` bytes kept `in_flight` at a time from one thread with the
@@ -165,11 +171,8 @@ Run measure_async(nvmf::NvmeTcpDevice& dev, bool write, uint32_t io, uint32_t in
     lk.lock();
   }
   cv.wait(lk, [&] { return free_slots.size() == in_flight; });
-  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-  Run r;
-  r.bytes_per_s = failed ? 0 : bytes / s;
-  r.iops = ops / s;
-  r.cpu_s_per_gb = bytes ? (cpu_seconds() - cpu0) / (bytes / 1e9) : 0;
+  Run r = rates_since(bytes, ops, t0, cpu0);
+  if (failed) r.bytes_per_s = 0;
   return r;
 }
 

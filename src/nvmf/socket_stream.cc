@@ -50,7 +50,7 @@ Status SocketStream::read_exact(void* buf, size_t n) {
       continue;
     }
     // Nothing is left to serve before this wait: what was held goes now.
-    push_held();
+    push();
     KVTIER_RETURN_IF_ERROR(wait_readable());
     // The bytes asked for first, then whatever follows them into the buffer.
     iovec iov[2] = {{p, n}, {read_buf_.get(), read_cap_}};
@@ -77,23 +77,23 @@ Status SocketStream::read_exact(void* buf, size_t n) {
 }
 
 Status SocketStream::write_all(const iovec* iov, int count) {
-  Status st = send_pdu(iov, count, MSG_NOSIGNAL);
+  Status st = send_iov(iov, count, MSG_NOSIGNAL);
   held_.store(false, std::memory_order_relaxed);  // this send pushed what was held
   return st;
 }
 
 Status SocketStream::write_more(const iovec* iov, int count) {
   held_.store(true, std::memory_order_relaxed);
-  return send_pdu(iov, count, MSG_NOSIGNAL | MSG_MORE);
+  return send_iov(iov, count, MSG_NOSIGNAL | MSG_MORE);
 }
 
-void SocketStream::push_held() {
+void SocketStream::push() {
   if (!held_.exchange(false, std::memory_order_relaxed)) return;
   int one = 1;
   setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-Status SocketStream::send_pdu(const iovec* iov_in, int count, int flags) {
+Status SocketStream::send_iov(const iovec* iov_in, int count, int flags) {
   std::vector<iovec> iov(iov_in, iov_in + count);
   const int64_t give_up_ns = send_timeout_ns_ > 0 ? monotonic_ns() + send_timeout_ns_ : 0;
   size_t i = 0;

@@ -32,7 +32,8 @@ class SocketStream : public PduStream {
   // push and one wake-up of the peer instead of one each. Whatever is held
   // goes out with the next write_all, or before a read_exact waits.
   Status write_more(const iovec* iov, int count) override;
-  void push() override { push_held(); }
+  // Sends what write_more left held back (setting TCP_NODELAY pushes it).
+  void push() override;
   void set_send_timeout(uint32_t ms) { send_timeout_ns_ = int64_t(ms) * 1000000; }
   void shutdown() override;
   void set_read_deadline(int64_t deadline_ns) override { read_deadline_ns_ = deadline_ns; }
@@ -45,9 +46,8 @@ class SocketStream : public PduStream {
  private:
   // Waits for the socket to be readable within the read deadline.
   Status wait_readable();
-  Status send_pdu(const iovec* iov, int count, int flags);
-  // Sends what write_more left held back (setting TCP_NODELAY pushes it).
-  void push_held();
+  // write_all and write_more: all of `iov` with these sendmsg flags.
+  Status send_iov(const iovec* iov, int count, int flags);
 
   int fd_;
   std::unique_ptr<uint8_t[]> read_buf_;  // owning thread only
